@@ -1,0 +1,1 @@
+"""rankzero's HTTP surface and the owner of the database schema."""

@@ -1,0 +1,61 @@
+"""The one settings object (env prefix RANKZERO_), shared by the API, the worker and the CLI."""
+
+from __future__ import annotations
+
+import secrets
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RANKZERO_", extra="ignore")
+
+    data_dir: Path = Field(Path.home() / ".rankzero", description="Where the embedded defaults keep their files.")
+    database_url: str | None = Field(None, description="SQLAlchemy URL; default: SQLite file in the data dir.")
+    broker_url: str | None = Field(None, description="Celery broker URL; default: an embedded SQLite transport in the data dir.")
+    runs_dir: Path | None = Field(None, description="Run directories; default: <data_dir>/runs.")
+    api_token: SecretStr | None = Field(None, description="Bearer token; default: generated once and kept in the data dir.")
+    host: str = Field("127.0.0.1", description="API bind address.")
+    port: int = Field(8000, ge=1, le=65535, description="API port.")
+    gpus: str | None = Field(None, description="GPU indices this worker may use, e.g. '0,1'; '' for none; default: all it sees.")
+    allowed_code: str = Field("", description="Comma-separated module prefixes user code in specs may come from; empty: none.")
+    max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body the API accepts.")
+    cancel_grace_s: float = Field(20.0, gt=0, description="SIGTERM→SIGKILL grace for a cancelled job's ranks.")
+    heartbeat_s: float = Field(5.0, gt=0, description="How often a worker heartbeats a running job.")
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'rankzero.db'}"
+
+    @property
+    def resolved_broker_url(self) -> str:
+        return self.broker_url or f"sqla+sqlite:///{self.data_dir / 'broker.db'}"
+
+    @property
+    def resolved_runs_dir(self) -> Path:
+        return (self.runs_dir or self.data_dir / "runs").resolve()
+
+    @property
+    def allowed_code_prefixes(self) -> list[str]:
+        return [p.strip() for p in self.allowed_code.split(",") if p.strip()]
+
+    def token(self) -> str:
+        """The API token: configured, else generated once and kept (mode 0600) in the data dir."""
+        if self.api_token is not None:
+            return self.api_token.get_secret_value()
+        path = self.data_dir / "api_token"
+        if not path.exists():
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            path.touch(mode=0o600)
+            path.write_text(secrets.token_urlsafe(32))
+        return path.read_text().strip()
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

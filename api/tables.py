@@ -1,0 +1,117 @@
+"""The database schema: the one definition of every table (the worker imports it; Alembic migrates it).
+
+The job row, not the broker message, is the truth about a job: its status, attempt, the host and
+process running it, its heartbeat and its progress all live here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Column, DateTime, Index, Integer, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class JobStatus(str, Enum):
+    queued = "queued"
+    starting = "starting"
+    running = "running"
+    cancelling = "cancelling"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled})
+
+
+def _ts(**kw: Any) -> Any:
+    return Field(default=None, sa_column=Column(DateTime(timezone=True), **kw))
+
+
+class Job(SQLModel, table=True):
+    __tablename__ = "jobs"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True, max_length=100)
+    spec: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    status: JobStatus = Field(default=JobStatus.queued, index=True)
+    attempt: int = 0  # 0 until first claimed; each (re)start increments it
+    run_dir: str | None = None
+
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    started_at: datetime | None = _ts()  # first transition to running
+    finished_at: datetime | None = _ts()  # terminal transition
+
+    worker_host: str | None = None
+    pid: int | None = None  # torchrun's pid (leader of its process group)
+    heartbeat_at: datetime | None = _ts()
+
+    step: int = 0
+    total_steps: int | None = None
+    epoch: int = 0
+    samples: int = 0
+    samples_per_s: float | None = None
+    eta_s: float | None = None
+    latest_loss: float | None = None
+    ingested_seq: int = Field(default=-1, sa_column=Column(BigInteger, nullable=False, server_default="-1"))
+
+    error: str | None = Field(default=None, sa_column=Column(Text))
+    failed_rank: int | None = None
+    exit_code: int | None = None
+
+
+class JobTransition(SQLModel, table=True):
+    """One row per status change, with its time: the job's timeline."""
+
+    __tablename__ = "job_transitions"
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="jobs.id", index=True, ondelete="CASCADE")
+    status: JobStatus
+    at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    attempt: int = 0
+    detail: str | None = Field(default=None, sa_column=Column(Text))
+
+
+class MetricPoint(SQLModel, table=True):
+    """One `metric` event. Unique on (job, seq) so re-reading events.jsonl never duplicates."""
+
+    __tablename__ = "metric_points"
+    __table_args__ = (
+        UniqueConstraint("job_id", "seq", name="uq_metric_points_job_seq"),
+        Index("ix_metric_points_job_name_step", "job_id", "name", "step"),
+    )
+
+    # BIGINT on PostgreSQL, INTEGER (the rowid alias, so it autoincrements) on SQLite.
+    id: int | None = Field(default=None, sa_column=Column(BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True))
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
+    seq: int = Field(sa_column=Column(BigInteger, nullable=False))
+    step: int = Field(sa_column=Column(BigInteger, nullable=False))
+    name: str = Field(max_length=200)
+    value: float
+    time: float  # unix seconds, from the event
+
+
+class Checkpoint(SQLModel, table=True):
+    __tablename__ = "checkpoints"
+    __table_args__ = (UniqueConstraint("job_id", "path", name="uq_checkpoints_job_path"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="jobs.id", index=True, ondelete="CASCADE")
+    step: int
+    epoch: int | None = None
+    path: str  # relative to the job's run dir
+    bytes: int = Field(sa_column=Column(BigInteger, nullable=False))
+    sha256: str = Field(max_length=64)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))

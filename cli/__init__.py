@@ -1,0 +1,1 @@
+"""The `rankzero` command line: runs the parts, and talks REST to a running service."""

@@ -1,0 +1,58 @@
+"""The run directory's layout: the one place that names its files (trainer, worker and API use it).
+
+Torch-free, so the worker and the API can import it.
+
+    <run>/spec.json                         the spec the job was launched with
+    <run>/events.jsonl                      rank 0's events, one JSON object per line
+    <run>/checkpoints/step_XXXXXXXX.pt      checkpoints (written to a temp name, then renamed)
+    <run>/logs/attempt_N/                   torchrun --log-dir of attempt N (per-rank stdout/stderr, error.json)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+CHECKPOINT_NAME = re.compile(r"^step_(\d{8,})\.pt$")
+
+
+@dataclass(frozen=True)
+class RunDir:
+    root: Path
+
+    @property
+    def spec(self) -> Path:
+        return self.root / "spec.json"
+
+    @property
+    def events(self) -> Path:
+        return self.root / "events.jsonl"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def checkpoint_path(self, step: int) -> Path:
+        return self.checkpoints / f"step_{step:08d}.pt"
+
+    def attempt_logs(self, attempt: int) -> Path:
+        """torchrun's --log-dir for one attempt."""
+        return self.logs / f"attempt_{attempt}"
+
+    def rank_log(self, rank: int, stream: str = "stderr", attempt: int | None = None) -> Path | None:
+        """The newest `<rank>/<stream>.log` torchrun wrote (it nests them under a run id and restart)."""
+        if stream not in ("stdout", "stderr"):
+            raise ValueError("stream must be 'stdout' or 'stderr'")
+        base = self.attempt_logs(attempt) if attempt is not None else self.logs
+        found = sorted(base.glob(f"**/{int(rank)}/{stream}.log"), key=lambda p: p.stat().st_mtime)
+        return found[-1] if found else None
+
+    def error_files(self, attempt: int | None = None) -> list[Path]:
+        """torchrun's per-rank error files (written by @record), newest last."""
+        base = self.attempt_logs(attempt) if attempt is not None else self.logs
+        return sorted(base.glob("**/error.json"), key=lambda p: p.stat().st_mtime)

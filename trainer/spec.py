@@ -1,0 +1,228 @@
+"""The job spec: the one model every part validates with (API, CLI, worker, trainer).
+
+Importable without torch: the API validates submissions with it and exports its JSON Schema
+for the dashboard's form. Every field is bounded; unknown fields are refused; NaN and inf are
+refused. Cross-field rules live in `_check_consistency` so errors name the field to fix.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# `package.module:function` names user code; anything else names a built-in.
+USER_CODE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+MAX_ARGS_DEPTH = 6
+MAX_ARGS_BYTES = 16_384
+
+BUILTIN_MODELS = ("mlp", "convnet", "resnet18", "resnet50")
+BUILTIN_DATA = ("digits", "mnist", "fashion_mnist", "cifar10", "fake", "synthetic", "image_folder")
+BUILTIN_LOSSES = ("cross_entropy", "mse")
+
+
+def is_user_code(name: str) -> bool:
+    """True for `package.module:function` names, which are imported rather than looked up."""
+    return bool(USER_CODE_PATTERN.match(name))
+
+
+def _json_depth(value: Any, depth: int = 0) -> int:
+    if isinstance(value, dict):
+        return max([_json_depth(v, depth + 1) for v in value.values()], default=depth + 1)
+    if isinstance(value, list):
+        return max([_json_depth(v, depth + 1) for v in value], default=depth + 1)
+    return depth
+
+
+def _validate_args(args: dict[str, Any]) -> dict[str, Any]:
+    if _json_depth(args) > MAX_ARGS_DEPTH:
+        raise ValueError(f"args nest deeper than {MAX_ARGS_DEPTH} levels; flatten them")
+    try:
+        encoded = json.dumps(args, allow_nan=False)
+    except ValueError as exc:
+        raise ValueError("args must be plain JSON without NaN or infinity") from exc
+    if len(encoded) > MAX_ARGS_BYTES:
+        raise ValueError(f"args take {len(encoded)} bytes as JSON; the limit is {MAX_ARGS_BYTES}")
+    return args
+
+
+def _check_component_name(name: str, builtins: tuple[str, ...], what: str) -> str:
+    if name in builtins or is_user_code(name):
+        return name
+    raise ValueError(
+        f"unknown {what} {name!r}: use one of {', '.join(builtins)} "
+        f"or user code as 'package.module:function'"
+    )
+
+
+class StrictModel(BaseModel):
+    """Base for every spec section: unknown fields and non-finite numbers are errors."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_default=True)
+
+
+Args = Annotated[dict[str, Any], Field(default_factory=dict, description="Keyword arguments for the factory (plain JSON).")]
+
+
+class ModelSpec(StrictModel):
+    name: str = Field("mlp", max_length=200, description="Built-in model (mlp, convnet, resnet18, resnet50) or 'package.module:function' returning an nn.Module.")
+    args: Args
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, v: str) -> str:
+        return _check_component_name(v, BUILTIN_MODELS, "model")
+    @field_validator("args")
+    @classmethod
+    def _check_args(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _validate_args(v)
+
+
+class DataSpec(StrictModel):
+    name: str = Field("digits", max_length=200, description="Built-in data set or 'package.module:function' returning a Dataset or (train, val).")
+    args: Args
+    val_fraction: float = Field(0.1, ge=0.0, le=0.5, description="Share of the data held out for validation when the data set has no split of its own.")
+    shuffle: bool = Field(True, description="Shuffle the training order each epoch (seeded, identical on every rank).")
+    num_workers: int = Field(0, ge=0, le=32, description="DataLoader worker processes per rank.")
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, v: str) -> str:
+        return _check_component_name(v, BUILTIN_DATA, "data set")
+    @field_validator("args")
+    @classmethod
+    def _check_args(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _validate_args(v)
+
+
+class LossSpec(StrictModel):
+    name: str = Field("cross_entropy", max_length=200, description="cross_entropy, mse, or 'package.module:function' with fn(model, batch) -> scalar tensor.")
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, v: str) -> str:
+        return _check_component_name(v, BUILTIN_LOSSES, "loss")
+
+
+class OptimizerSpec(StrictModel):
+    name: Literal["sgd", "adamw", "adam"] = Field("sgd", description="Optimizer.")
+    lr: float = Field(0.05, gt=0.0, le=10.0, description="Peak learning rate.")
+    momentum: float = Field(0.0, ge=0.0, lt=1.0, description="SGD momentum.")
+    nesterov: bool = Field(False, description="SGD Nesterov momentum (needs momentum > 0).")
+    weight_decay: float = Field(0.0, ge=0.0, le=1.0, description="Weight decay (decoupled for AdamW).")
+    betas: tuple[Annotated[float, Field(ge=0.0, lt=1.0)], Annotated[float, Field(ge=0.0, lt=1.0)]] = Field((0.9, 0.999), description="Adam/AdamW betas.")
+    eps: float = Field(1e-8, gt=0.0, le=1.0, description="Adam/AdamW epsilon.")
+
+    @model_validator(mode="after")
+    def _nesterov_needs_momentum(self) -> OptimizerSpec:
+        if self.nesterov and (self.name != "sgd" or self.momentum == 0.0):
+            raise ValueError("nesterov needs optimizer.name 'sgd' and momentum > 0")
+        return self
+
+
+class SchedulerSpec(StrictModel):
+    name: Literal["constant", "cosine", "step"] = Field("constant", description="Learning-rate schedule after warmup.")
+    warmup_steps: int = Field(0, ge=0, le=10_000_000, description="Linear warmup from 0 to lr over this many optimizer steps.")
+    min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0, description="Cosine: final lr as a share of lr.")
+    step_size: int = Field(1000, ge=1, le=10_000_000, description="Step: multiply lr by gamma every step_size optimizer steps.")
+    gamma: float = Field(0.1, gt=0.0, le=1.0, description="Step: decay factor.")
+
+
+class CheckpointSpec(StrictModel):
+    every_steps: int | None = Field(None, ge=1, le=10_000_000, description="Save every N optimizer steps (None: not by steps).")
+    every_epochs: int | None = Field(1, ge=1, le=100_000, description="Save every N epochs (None: not by epochs).")
+    keep_last: int = Field(3, ge=1, le=1000, description="Keep this many most recent checkpoints; a final one is always written.")
+
+
+class JobSpec(StrictModel):
+    """A training job. Global batch = batch_size × accumulation_steps × nproc × nnodes."""
+
+    name: str = Field("job", pattern=NAME_PATTERN, description="Job name: letters, digits, '.', '_' or '-', at most 100 characters.")
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    data: DataSpec = Field(default_factory=DataSpec)
+    loss: LossSpec | None = Field(default_factory=LossSpec, description="Loss; null when a user model factory's model computes its own loss (then use a user loss).")
+    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
+    scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
+    batch_size: int = Field(32, ge=1, le=65_536, description="Samples per process per micro-batch.")
+    accumulation_steps: int = Field(1, ge=1, le=1024, description="Micro-batches per optimizer step on each process.")
+    nproc: int = Field(1, ge=1, le=64, description="Processes (ranks) per node; > 1 means DDP.")
+    nnodes: int = Field(1, ge=1, le=64, description="Nodes; the service launches single-node jobs (1).")
+    sync: Literal["ddp", "manual", "dataparallel"] = Field(
+        "ddp",
+        description="ddp: native DistributedDataParallel; manual: hand-written all-reduce once per optimizer step; "
+        "dataparallel: one process driving every visible GPU with nn.DataParallel (needs nproc 1 and ≥ 2 GPUs).",
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda:LOCAL_RANK when a GPU is visible, else CPU.")
+    epochs: int | None = Field(None, ge=1, le=100_000, description="Epochs to train (one of epochs / max_steps, or both: the first reached ends the run).")
+    max_steps: int | None = Field(None, ge=1, le=1_000_000_000, description="Optimizer steps to train.")
+    precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="fp32; bf16 autocast; fp16 autocast with GradScaler (CUDA only).")
+    sync_batchnorm: bool = Field(False, description="Convert BatchNorm to SyncBatchNorm (DDP only).")
+    grad_clip_norm: float | None = Field(None, gt=0.0, le=1e6, description="Clip the global gradient norm (after unscaling).")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed for weights, shuffling and augmentation.")
+    log_every: int = Field(10, ge=1, le=1_000_000, description="Reduce train/loss to rank 0 and log every N optimizer steps.")
+    eval_every: int | None = Field(None, ge=1, le=10_000_000, description="Validate every N optimizer steps (None: at the end of each epoch).")
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    resume_from: str | None = Field(None, min_length=1, max_length=4096, description="Checkpoint file to resume from (the service only allows paths inside its runs dir).")
+    max_restarts: int = Field(0, ge=0, le=100, description="Restart a failed attempt from its latest checkpoint at most this many times.")
+    stall_timeout_s: float | None = Field(None, ge=10.0, le=7 * 24 * 3600.0, description="Fail (or restart) the job when no event arrives for this long.")
+
+    @field_validator("resume_from")
+    @classmethod
+    def _plain_path(cls, v: str | None) -> str | None:
+        if v is not None and ("\x00" in v or any(ord(c) < 32 for c in v)):
+            raise ValueError("resume_from must not contain NUL or control characters")
+        return v
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> JobSpec:
+        if self.epochs is None and self.max_steps is None:
+            raise ValueError("set epochs or max_steps (or both) so the run knows when to stop")
+        if self.sync == "dataparallel" and (self.nproc != 1 or self.nnodes != 1):
+            raise ValueError("sync 'dataparallel' is one process driving several GPUs: set nproc 1 and nnodes 1")
+        if self.sync_batchnorm and self.world_size == 1:
+            raise ValueError("sync_batchnorm needs DDP: set nproc > 1 (or turn sync_batchnorm off)")
+        if self.sync_batchnorm and self.sync != "ddp":
+            raise ValueError("sync_batchnorm needs sync 'ddp'")
+        if self.precision == "fp16" and self.device == "cpu":
+            raise ValueError("precision fp16 needs CUDA (GradScaler); use bf16 or fp32 on CPU")
+        if self.loss is None and not is_user_code(self.model.name):
+            raise ValueError("loss null is only for user models that compute their own loss; set loss.name")
+        return self
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.batch_size * self.accumulation_steps * self.world_size
+
+    @property
+    def strategy(self) -> str:
+        """Human label, e.g. 'DDP 4 × acc 2', 'manual 2', 'single', 'acc 4'."""
+        parts = []
+        if self.sync == "dataparallel":
+            parts.append("DataParallel")
+        elif self.world_size > 1:
+            parts.append(f"{'DDP' if self.sync == 'ddp' else 'manual'} {self.world_size}")
+        if self.accumulation_steps > 1:
+            parts.append(f"acc {self.accumulation_steps}")
+        return " × ".join(parts) or "single"
+
+    def user_code_names(self) -> list[str]:
+        """Every `module:function` the spec would import (for the server's allow-list)."""
+        names = [self.model.name, self.data.name] + ([self.loss.name] if self.loss else [])
+        return [n for n in names if is_user_code(n)]
+
+
+def json_schema() -> dict[str, Any]:
+    return JobSpec.model_json_schema()
+
+
+if __name__ == "__main__":  # python -m trainer.spec > job-spec.schema.json
+    json.dump(json_schema(), sys.stdout, indent=2)
+    sys.stdout.write("\n")

@@ -1,0 +1,1 @@
+"""The bridge between run directories and the database: Celery tasks that supervise torchrun. No torch here."""
