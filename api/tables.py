@@ -115,3 +115,34 @@ class Checkpoint(SQLModel, table=True):
     bytes: int = Field(sa_column=Column(BigInteger, nullable=False))
     sha256: str = Field(max_length=64)
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+
+class MetricRollup(SQLModel, table=True):
+    """Min/max summaries of metric points over aligned step buckets, at a few widths (a pyramid).
+
+    Lets GET /jobs/{id}/metrics downsample a million-point series by reading a few thousand
+    summary rows instead of scanning every point. Maintained incrementally by
+    `api.metric_rollup.refresh` from the points past `MetricRollupMark.seq`.
+    Bucket k of width w covers steps [k*w, (k+1)*w).
+    """
+
+    __tablename__ = "metric_rollups"
+
+    job_id: int = Field(foreign_key="jobs.id", primary_key=True, ondelete="CASCADE")
+    name: str = Field(max_length=200, primary_key=True)
+    width: int = Field(primary_key=True)
+    bucket: int = Field(sa_column=Column(BigInteger, primary_key=True))
+    n: int = Field(sa_column=Column(BigInteger, nullable=False))
+    min_value: float
+    min_step: int = Field(sa_column=Column(BigInteger, nullable=False))
+    max_value: float
+    max_step: int = Field(sa_column=Column(BigInteger, nullable=False))
+
+
+class MetricRollupMark(SQLModel, table=True):
+    """The highest metric-point seq of a job already folded into metric_rollups."""
+
+    __tablename__ = "metric_rollup_marks"
+
+    job_id: int = Field(foreign_key="jobs.id", primary_key=True, ondelete="CASCADE")
+    seq: int = Field(default=-1, sa_column=Column(BigInteger, nullable=False))
