@@ -1,0 +1,32 @@
+"""What the API calls after inserting a queued Job: send its id (never the job itself) to the broker."""
+
+from __future__ import annotations
+
+import threading
+
+from celery import Celery
+
+from api.settings import Settings
+from worker.celery_app import QUEUE, TASK_RUN_JOB, make_celery
+
+_lock = threading.Lock()
+_producers: dict[str, Celery] = {}
+
+
+def _producer(settings: Settings) -> Celery:
+    url = settings.resolved_broker_url
+    with _lock:
+        if url not in _producers:
+            _producers[url] = make_celery(settings)
+        return _producers[url]
+
+
+def enqueue(job_id: int, settings: Settings) -> None:
+    """Ask some worker to run job `job_id`. Safe to call twice: the worker claims the row atomically."""
+    _producer(settings).send_task(
+        TASK_RUN_JOB,
+        args=[int(job_id)],
+        queue=QUEUE,
+        retry=True,
+        retry_policy={"max_retries": 5, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 3},
+    )

@@ -1,0 +1,12 @@
+"""Celery tasks. The task body only forwards the job id to the supervisor."""
+
+from __future__ import annotations
+
+from worker.celery_app import TASK_RUN_JOB, app
+
+
+@app.task(name=TASK_RUN_JOB, bind=True, acks_late=True)
+def run_job(self, job_id: int) -> str:  # noqa: ANN001
+    from worker.supervise import run_job as supervise_job
+
+    return supervise_job(int(job_id), self.app.conf.rankzero_settings)
