@@ -18,7 +18,7 @@ def _normalise(url: str) -> str:
     return url
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=64)
 def get_engine(url: str) -> Engine:
     url = _normalise(url)
     if url.startswith("sqlite"):

@@ -1,0 +1,36 @@
+"""Dependencies shared by the route modules: the settings, a database session, a job looked up by id."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Path, status
+from sqlmodel import Session
+
+from api.auth import app_settings
+from api.db import get_engine
+from api.settings import Settings
+from api.tables import Job
+
+SettingsDep = Annotated[Settings, Depends(app_settings)]
+
+# Ids are positive 32-bit integers: anything else is a 422 before the database sees it.
+MAX_ID = 2**31 - 1
+JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="Job id.")]
+CheckpointId = Annotated[int, Path(ge=1, le=MAX_ID, description="Checkpoint id.")]
+
+
+def get_session(settings: SettingsDep) -> Iterator[Session]:
+    with Session(get_engine(settings.resolved_database_url)) as session:
+        yield session
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+
+
+def job_or_404(session: Session, job_id: int) -> Job:
+    job = session.get(Job, job_id)
+    if job is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}: list jobs with GET /api/jobs")
+    return job

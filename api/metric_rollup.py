@@ -1,0 +1,236 @@
+"""Fast min/max downsampling of metric series through a pyramid of rollups.
+
+A million-point series cannot be scanned in 150 ms (SQLite needs ~300 ms just to GROUP BY it),
+so the points are summarised once into `metric_rollups`: for each width in WIDTHS (steps) and each
+aligned bucket, the count and the min and max values with the steps where they occur. A query
+picks the coarsest width not wider than the output bucket, reads at most ~16 summary rows per
+output bucket, and reads raw points only at the two ragged ends of the range. Every output
+bucket keeps its min and its max point, so a one-step spike survives any max_points.
+
+`refresh(session, job_id)` folds the points ingested since the job's mark into the rollups. The
+metrics route calls it before reading; the worker may call it after each ingest batch to keep
+reads cheap. It assumes a job's points are committed in seq order (one ingester per job), so
+everything at or below the mark is final. Non-finite values (a diverged loss) are not plotted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from sqlalchemy import text
+from sqlmodel import Session
+
+WIDTHS = (16, 256, 4096, 65536)
+_FETCH_CHUNK = 50_000
+
+_UPSERT = text(
+    """
+    INSERT INTO metric_rollups (job_id, name, width, bucket, n, min_value, min_step, max_value, max_step)
+    VALUES (:job_id, :name, :width, :bucket, :n, :min_value, :min_step, :max_value, :max_step)
+    ON CONFLICT (job_id, name, width, bucket) DO UPDATE SET
+      n = metric_rollups.n + excluded.n,
+      min_value = CASE WHEN excluded.min_value < metric_rollups.min_value THEN excluded.min_value ELSE metric_rollups.min_value END,
+      min_step = CASE WHEN excluded.min_value < metric_rollups.min_value THEN excluded.min_step ELSE metric_rollups.min_step END,
+      max_value = CASE WHEN excluded.max_value > metric_rollups.max_value THEN excluded.max_value ELSE metric_rollups.max_value END,
+      max_step = CASE WHEN excluded.max_value > metric_rollups.max_value THEN excluded.max_step ELSE metric_rollups.max_step END
+    """
+)
+
+
+@dataclass
+class Summary:
+    """Count, min and max (with their steps) of some points."""
+
+    n: int = 0
+    min_value: float = math.inf
+    min_step: int = 0
+    max_value: float = -math.inf
+    max_step: int = 0
+
+    def add(self, step: int, value: float) -> None:
+        self.n += 1
+        if value < self.min_value:
+            self.min_value, self.min_step = value, step
+        if value > self.max_value:
+            self.max_value, self.max_step = value, step
+
+    def merge(self, other: Summary) -> None:
+        self.n += other.n
+        if other.min_value < self.min_value:
+            self.min_value, self.min_step = other.min_value, other.min_step
+        if other.max_value > self.max_value:
+            self.max_value, self.max_step = other.max_value, other.max_step
+
+    def points(self) -> list[tuple[int, float]]:
+        if self.n == 0 or self.min_value == math.inf:
+            return []
+        if (self.min_step, self.min_value) == (self.max_step, self.max_value):
+            return [(self.min_step, self.min_value)]
+        return sorted([(self.min_step, self.min_value), (self.max_step, self.max_value)])
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def refresh(session: Session, job_id: int) -> int:
+    """Fold the job's points past its mark into the rollups and commit; returns how many were folded.
+
+    Safe to run concurrently: the mark moves with a conditional UPDATE, so of two refreshers of the
+    same job one folds and the other finds nothing to do.
+    """
+    # Reads first, outside any write transaction (SQLite: a read transaction that later upgrades to
+    # a write can fail with SQLITE_BUSY_SNAPSHOT, which the busy timeout does not retry).
+    mark = session.execute(text("SELECT seq FROM metric_rollup_marks WHERE job_id = :j"), {"j": job_id}).scalar()
+    newest = session.execute(text("SELECT max(seq) FROM metric_points WHERE job_id = :j"), {"j": job_id}).scalar()
+    session.commit()
+    if newest is None:
+        return 0
+    if mark is None:
+        session.execute(
+            text("INSERT INTO metric_rollup_marks (job_id, seq) VALUES (:j, -1) ON CONFLICT (job_id) DO NOTHING"), {"j": job_id}
+        )
+        session.commit()
+        mark = session.execute(text("SELECT seq FROM metric_rollup_marks WHERE job_id = :j"), {"j": job_id}).scalar()
+        session.commit()
+    if newest <= mark:
+        return 0
+    moved = session.execute(
+        text("UPDATE metric_rollup_marks SET seq = :new WHERE job_id = :j AND seq = :old"), {"new": newest, "old": mark, "j": job_id}
+    )
+    if moved.rowcount != 1:
+        session.rollback()
+        return 0
+    finest = WIDTHS[0]
+    fine: dict[tuple[str, int], Summary] = {}
+    folded = 0
+    result = session.execute(
+        text("SELECT name, step, value FROM metric_points WHERE job_id = :j AND seq > :old AND seq <= :new"),
+        {"j": job_id, "old": mark, "new": newest},
+    )
+    while rows := result.fetchmany(_FETCH_CHUNK):
+        for name, step, value in rows:
+            folded += 1
+            if not _finite(value):
+                continue
+            key = (name, step // finest)
+            s = fine.get(key)
+            if s is None:
+                s = fine[key] = Summary()
+            s.add(step, value)
+    params = []
+    for width in WIDTHS:
+        level: dict[tuple[str, int], Summary] = fine if width == finest else {}
+        if width != finest:
+            for (name, bucket), s in fine.items():
+                key = (name, bucket * finest // width)
+                level.setdefault(key, Summary()).merge(s)
+        params.extend(
+            {"job_id": job_id, "name": name, "width": width, "bucket": bucket, "n": s.n, "min_value": s.min_value,
+             "min_step": s.min_step, "max_value": s.max_value, "max_step": s.max_step}
+            for (name, bucket), s in level.items()
+        )
+    if params:
+        session.execute(_UPSERT, params)
+    session.commit()
+    return folded
+
+
+@dataclass
+class Series:
+    name: str
+    points: list[tuple[int, float]] = field(default_factory=list)
+    total_points: int = 0
+    downsampled: bool = False
+
+
+def series_names(session: Session, job_id: int) -> list[str]:
+    """Names of the job's series (from the coarsest rollup: a few rows, not a scan of the points)."""
+    rows = session.execute(
+        text("SELECT DISTINCT name FROM metric_rollups WHERE job_id = :j AND width = :w ORDER BY name"),
+        {"j": job_id, "w": WIDTHS[-1]},
+    )
+    return [r[0] for r in rows]
+
+
+def _range_clause(start_step: int | None, end_step: int | None) -> str:
+    clause = ""
+    if start_step is not None:
+        clause += " AND step >= :start"
+    if end_step is not None:
+        clause += " AND step <= :end"
+    return clause
+
+
+def _raw(session: Session, params: dict, lo: int, hi: int) -> Iterable[tuple[int, float]]:
+    rows = session.execute(
+        text("SELECT step, value FROM metric_points WHERE job_id = :j AND name = :n AND step >= :lo AND step <= :hi ORDER BY step, seq"),
+        {**params, "lo": lo, "hi": hi},
+    )
+    return ((s, v) for s, v in rows if _finite(v))
+
+
+def query(
+    session: Session, job_id: int, name: str, max_points: int, start_step: int | None = None, end_step: int | None = None
+) -> Series:
+    """The series `name` of a job, at most `max_points` points; each bucket keeps its min and max."""
+    base = {"j": job_id, "n": name, "start": start_step, "end": end_step}
+    rng = _range_clause(start_step, end_step)
+    first = session.execute(
+        text(f"SELECT step FROM metric_points WHERE job_id = :j AND name = :n{rng} ORDER BY step LIMIT 1"), base
+    ).scalar()
+    if first is None:
+        return Series(name)
+    last = session.execute(
+        text(f"SELECT step FROM metric_points WHERE job_id = :j AND name = :n{rng} ORDER BY step DESC LIMIT 1"), base
+    ).scalar()
+    # Few enough points? Counting stops at max_points + 1, so this is cheap even for a huge series.
+    few = session.execute(
+        text(f"SELECT count(*) FROM (SELECT 1 FROM metric_points WHERE job_id = :j AND name = :n{rng} LIMIT :cap) AS t"),
+        {**base, "cap": max_points + 1},
+    ).scalar()
+    if few <= max_points:
+        points = list(_raw(session, base, first, last))
+        return Series(name, points, total_points=few)
+
+    # Output buckets: at most max_points // 2 - 2 of them (alignment can add two), 2 points each.
+    n_buckets = max(1, max_points // 2 - 2)
+    want = -(-(last - first + 1) // n_buckets)
+    usable = [w for w in WIDTHS if w <= want]
+    width = usable[-1] if usable else 1
+    out_width = -(-want // width) * width  # a multiple of `width`: rollup buckets never straddle two outputs
+    buckets: dict[int, Summary] = {}
+
+    def fold(step: int, value: float) -> None:
+        buckets.setdefault(step // out_width, Summary()).add(step, value)
+
+    if width == 1:
+        for step, value in _raw(session, base, first, last):
+            fold(step, value)
+    else:
+        k0 = -(-first // width)  # first rollup bucket wholly inside [first, last]
+        k1 = (last + 1) // width - 1  # last one
+        if k0 > k1:
+            for step, value in _raw(session, base, first, last):
+                fold(step, value)
+        else:
+            for step, value in _raw(session, base, first, k0 * width - 1):
+                fold(step, value)
+            rows = session.execute(
+                text(
+                    "SELECT bucket, n, min_value, min_step, max_value, max_step FROM metric_rollups "
+                    "WHERE job_id = :j AND name = :n AND width = :w AND bucket >= :k0 AND bucket <= :k1"
+                ),
+                {"j": job_id, "n": name, "w": width, "k0": k0, "k1": k1},
+            )
+            for bucket, n, min_v, min_s, max_v, max_s in rows:
+                buckets.setdefault(bucket * width // out_width, Summary()).merge(Summary(n, min_v, min_s, max_v, max_s))
+            for step, value in _raw(session, base, (k1 + 1) * width, last):
+                fold(step, value)
+    points: list[tuple[int, float]] = []
+    for key in sorted(buckets):
+        points.extend(buckets[key].points())
+    total = sum(s.n for s in buckets.values())
+    return Series(name, points, total_points=total, downsampled=True)

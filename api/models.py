@@ -1,0 +1,141 @@
+"""Response models of the REST API (the shapes docs/ARCHITECTURE.md promises)."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from api.tables import Checkpoint, Job, JobStatus, JobTransition
+from trainer.spec import JobSpec
+
+
+class JobPublic(BaseModel):
+    id: int
+    name: str
+    status: JobStatus
+    strategy: str
+    spec: dict[str, Any]
+    attempt: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    worker_host: str | None
+    step: int
+    total_steps: int | None
+    epoch: int
+    samples: int
+    samples_per_s: float | None
+    eta_s: float | None
+    latest_loss: float | None
+    error: str | None
+    failed_rank: int | None
+    exit_code: int | None
+    global_batch_size: int
+
+    @classmethod
+    def from_row(cls, job: Job) -> JobPublic:
+        strategy, global_batch = _spec_summary(job.spec)
+        return cls(
+            id=job.id, name=job.name, status=job.status, strategy=strategy, spec=job.spec, attempt=job.attempt,
+            created_at=job.created_at, started_at=job.started_at, finished_at=job.finished_at,
+            worker_host=job.worker_host, step=job.step, total_steps=job.total_steps, epoch=job.epoch,
+            samples=job.samples, samples_per_s=_finite(job.samples_per_s), eta_s=_finite(job.eta_s),
+            latest_loss=_finite(job.latest_loss),
+            error=job.error, failed_rank=job.failed_rank, exit_code=job.exit_code, global_batch_size=global_batch,
+        )
+
+
+def _finite(value: float | None) -> float | None:
+    # JSON has no NaN/inf (a diverged loss): show them as null rather than fail the response.
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _spec_summary(spec: dict[str, Any]) -> tuple[str, int]:
+    # Rows written by an older spec model may no longer validate; show what can be derived.
+    try:
+        parsed = JobSpec.model_validate(spec)
+        return parsed.strategy, parsed.global_batch_size
+    except Exception:  # noqa: BLE001
+        g = 1
+        for key in ("batch_size", "accumulation_steps", "nproc", "nnodes"):
+            v = spec.get(key, 1)
+            g *= v if isinstance(v, int) else 1
+        return "unknown", g
+
+
+class TransitionPublic(BaseModel):
+    status: JobStatus
+    at: datetime
+    attempt: int
+    detail: str | None
+
+    @classmethod
+    def from_row(cls, row: JobTransition) -> TransitionPublic:
+        return cls(status=row.status, at=row.at, attempt=row.attempt, detail=row.detail)
+
+
+class JobDetail(JobPublic):
+    transitions: list[TransitionPublic]
+
+
+class JobPage(BaseModel):
+    items: list[JobPublic]
+    total: int
+    limit: int
+    offset: int
+
+
+class MetricPointPublic(BaseModel):
+    step: int
+    value: float
+
+
+class MetricSeries(BaseModel):
+    name: str
+    points: list[MetricPointPublic]
+    total_points: int = Field(description="Points of this series in the requested step range, before downsampling.")
+    downsampled: bool
+
+
+class MetricsResponse(BaseModel):
+    job_id: int
+    series: list[MetricSeries]
+
+
+class CheckpointPublic(BaseModel):
+    id: int
+    job_id: int
+    step: int
+    epoch: int | None
+    path: str
+    bytes: int
+    sha256: str
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Checkpoint) -> CheckpointPublic:
+        return cls(
+            id=row.id, job_id=row.job_id, step=row.step, epoch=row.epoch, path=row.path, bytes=row.bytes,
+            sha256=row.sha256, created_at=row.created_at,
+        )
+
+
+class LogChunk(BaseModel):
+    rank: int
+    stream: str
+    ranks: list[int] = Field(description="Ranks that have a log of this stream.")
+    offset: int
+    next_offset: int = Field(description="Pass as offset to read on from here (it equals the file size read so far).")
+    text: str
+
+
+class Health(BaseModel):
+    status: str
+    database: str
+
+
+class ErrorDetail(BaseModel):
+    detail: str

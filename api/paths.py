@@ -1,0 +1,35 @@
+"""Paths that come from users or rows, confined to the runs dir.
+
+Every path-bearing input goes through `inside_runs_dir`: NUL and control characters and
+percent-encoding are refused outright (no file name of ours needs them, and a decoded-twice
+`%252e%252e` must not become `..` anywhere downstream); then the path is resolved with symlinks
+followed and must land inside the (resolved) runs dir.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+_PERCENT_ENCODED = re.compile(r"%[0-9A-Fa-f]{2}")
+
+
+class UnsafePath(ValueError):
+    """The path is malformed or leaves the runs dir; the message says which."""
+
+
+def inside_runs_dir(raw: str | Path, runs_dir: Path, *, base: Path | None = None) -> Path:
+    """Resolve `raw` (relative to `base`, default the runs dir) and return it if it stays inside `runs_dir`."""
+    text = str(raw)
+    if not text:
+        raise UnsafePath("empty path")
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise UnsafePath("path contains NUL or control characters")
+    if _PERCENT_ENCODED.search(text):
+        raise UnsafePath("path contains percent-encoding; give the plain file path")
+    root = runs_dir.resolve()
+    start = (base or root).resolve()
+    candidate = (start / text).resolve()  # absolute `text` replaces `start`; symlinks are followed
+    if candidate != root and root not in candidate.parents:
+        raise UnsafePath(f"path leaves the runs dir ({root}); give a file inside it")
+    return candidate

@@ -1,0 +1,1 @@
+"""REST routes, one small module per resource (all under /api), plus the dashboard's ui.py."""

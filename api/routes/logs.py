@@ -1,0 +1,57 @@
+"""Per-rank stdout/stderr of a job (torchrun's --log-dir), read by byte offset or tail."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, HTTPException, Query, status
+
+from api.deps import JobId, SessionDep, SettingsDep, job_or_404
+from api.models import ErrorDetail, LogChunk
+from api.paths import UnsafePath, inside_runs_dir
+from api.run_dirs import run_dir_of
+from trainer.run_dir import RunDir
+
+router = APIRouter(tags=["logs"])
+MAX_CHUNK_BYTES = 256 * 1024
+_RANK_DIR = re.compile(r"^\d{1,4}$")
+
+
+def _ranks(run: RunDir, stream: str) -> list[int]:
+    if not run.logs.is_dir():
+        return []
+    return sorted({int(p.parent.name) for p in run.logs.glob(f"**/{stream}.log") if _RANK_DIR.match(p.parent.name)})
+
+
+@router.get("/jobs/{job_id}/logs", response_model=LogChunk, responses={404: {"model": ErrorDetail}})
+def get_logs(
+    job_id: JobId,
+    session: SessionDep,
+    settings: SettingsDep,
+    rank: Annotated[int, Query(ge=0, le=4095)] = 0,
+    stream: Literal["stdout", "stderr"] = "stderr",
+    offset: Annotated[int, Query(ge=0, le=2**53, description="Byte offset to read from (the previous next_offset).")] = 0,
+    tail: Annotated[int | None, Query(ge=1, le=MAX_CHUNK_BYTES, description="Read only the last N bytes (ignores offset).")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_CHUNK_BYTES, description="Most bytes to return.")] = 65536,
+) -> LogChunk:
+    job = job_or_404(session, job_id)
+    try:
+        run = RunDir(run_dir_of(job, settings))
+    except UnsafePath as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has no readable run dir: {exc}") from None
+    ranks = _ranks(run, stream)
+    path = run.rank_log(rank, stream) if run.logs.is_dir() else None
+    if path is None:
+        return LogChunk(rank=rank, stream=stream, ranks=ranks, offset=offset, next_offset=offset, text="")
+    try:
+        path = inside_runs_dir(path, settings.resolved_runs_dir)  # a symlinked log must not leave the runs dir
+    except UnsafePath as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"log refused: {exc}") from None
+    with open(path, "rb") as fh:
+        size = fh.seek(0, 2)
+        start = max(0, size - tail) if tail is not None else min(offset, size)
+        fh.seek(start)
+        data = fh.read(min(limit, size - start))
+    return LogChunk(rank=rank, stream=stream, ranks=ranks, offset=start, next_offset=start + len(data),
+                    text=data.decode("utf-8", errors="replace"))

@@ -1,0 +1,115 @@
+"""Server-sent events for one job: status, progress, new metric points, checkpoints, end.
+
+Polls the database (every POLL_S) rather than listening to the worker, so it works whichever
+host the worker and the API run on. Resumable: each `metrics` event carries the last seq as its
+id, and a reconnecting EventSource sends it back as Last-Event-ID.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request
+from sqlalchemy import text
+from sqlmodel import Session
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.concurrency import run_in_threadpool
+
+from api.db import get_engine
+from api.deps import JobId, SessionDep, SettingsDep, job_or_404
+from api.models import CheckpointPublic, ErrorDetail, JobPublic
+from api.tables import Checkpoint, Job
+
+router = APIRouter(tags=["stream"])
+POLL_S = 0.5
+MAX_POINTS_PER_EVENT = 5000
+
+
+def _progress(job: Job) -> dict[str, Any]:
+    return {"step": job.step, "total_steps": job.total_steps, "epoch": job.epoch, "samples": job.samples,
+            "samples_per_s": _finite_or_none(job.samples_per_s), "eta_s": _finite_or_none(job.eta_s)}
+
+
+def _finite_or_none(v: float | None) -> float | None:
+    return v if v is not None and math.isfinite(v) else None
+
+
+class _Cursor:
+    """What this stream has already sent."""
+
+    def __init__(self, after_seq: int, after_checkpoint: int) -> None:
+        self.status: str | None = None
+        self.progress: dict[str, Any] | None = None
+        self.seq = after_seq
+        self.checkpoint_id = after_checkpoint
+
+    def poll(self, url: str, job_id: int) -> tuple[list[ServerSentEvent], bool]:
+        """One look at the database: the events to send and whether the job has finished."""
+        events: list[ServerSentEvent] = []
+        with Session(get_engine(url)) as session:
+            job = session.get(Job, job_id)
+            if job is None:
+                return [ServerSentEvent(json.dumps({"detail": "job deleted"}), event="end")], True
+            public = JobPublic.from_row(job)
+            if public.status.value != self.status:
+                self.status = public.status.value
+                events.append(ServerSentEvent(public.model_dump_json(), event="status"))
+            progress = _progress(job)
+            if progress != self.progress:
+                self.progress = progress
+                events.append(ServerSentEvent(json.dumps(progress), event="progress"))
+            rows = session.execute(
+                text("SELECT seq, name, step, value FROM metric_points WHERE job_id = :j AND seq > :s ORDER BY seq LIMIT :n"),
+                {"j": job_id, "s": self.seq, "n": MAX_POINTS_PER_EVENT},
+            ).all()
+            if rows:
+                self.seq = rows[-1][0]
+                points = [{"name": n, "step": st, "value": v} for _, n, st, v in rows if v is not None and math.isfinite(v)]
+                if points:
+                    events.append(ServerSentEvent(json.dumps(points), event="metrics", id=str(self.seq)))
+            for ck in session.query(Checkpoint).filter(Checkpoint.job_id == job_id, Checkpoint.id > self.checkpoint_id).order_by(Checkpoint.id):
+                self.checkpoint_id = ck.id
+                events.append(ServerSentEvent(CheckpointPublic.from_row(ck).model_dump_json(), event="checkpoint"))
+            done = public.status.is_terminal and len(rows) < MAX_POINTS_PER_EVENT
+            if done:
+                events.append(ServerSentEvent(json.dumps({"status": public.status.value}), event="end"))
+            return events, done
+
+
+@router.get("/jobs/{job_id}/stream", response_class=EventSourceResponse,
+            responses={200: {"content": {"text/event-stream": {}}}, 404: {"model": ErrorDetail}})
+async def stream_job(
+    job_id: JobId,
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    after_seq: Annotated[int | None, Query(ge=-1, le=2**62, description="Send metric points after this seq (default: only new ones).")] = None,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=32)] = None,
+) -> EventSourceResponse:
+    await run_in_threadpool(job_or_404, session, job_id)
+    if after_seq is None and last_event_id and last_event_id.isdigit():
+        after_seq = int(last_event_id)
+    if after_seq is None:
+        after_seq = session.execute(text("SELECT max(seq) FROM metric_points WHERE job_id = :j"), {"j": job_id}).scalar()
+        after_seq = -1 if after_seq is None else after_seq
+    checkpoint_after = 0 if after_seq < 0 else 2**62  # a fresh viewer gets every checkpoint; a live one only new ones
+    if checkpoint_after:
+        checkpoint_after = session.execute(text("SELECT coalesce(max(id), 0) FROM checkpoints WHERE job_id = :j"), {"j": job_id}).scalar()
+    session.close()
+    cursor = _Cursor(after_seq, checkpoint_after)
+    url = settings.resolved_database_url
+
+    async def events() -> AsyncIterator[ServerSentEvent]:
+        while True:
+            batch, done = await run_in_threadpool(cursor.poll, url, job_id)
+            for event in batch:
+                yield event
+            if done or await request.is_disconnected():
+                return
+            await asyncio.sleep(POLL_S)
+
+    return EventSourceResponse(events(), ping=15, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})

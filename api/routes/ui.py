@@ -1,0 +1,244 @@
+"""The dashboard's HTML pages (templates in web/templates, JS and CSS in web/static).
+
+Pages only render a shell; the JS in web/static/js fetches everything through the REST API with
+the session cookie. Signing in trades the API token (posted in a form, never in a URL) for the
+HttpOnly, SameSite=Strict session cookie of api.auth. Every page but /login redirects there without
+a valid session. The two form POSTs here (login, logout) are guarded against cross-site requests:
+login by an Origin/Sec-Fetch-Site check (there is no session yet to hold a CSRF secret), logout by
+the session's CSRF secret in a hidden field as well.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote, urlsplit
+
+import yaml
+from fastapi import APIRouter, Depends, Form, HTTPException, Request, status
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+from sqlmodel import Session
+
+from api.auth import CSRF_HEADER, app_settings, clear_session, issue_session, session_csrf, token_matches
+from api.db import get_engine
+from api.settings import Settings
+from api.tables import Checkpoint, Job
+from trainer.spec import BUILTIN_DATA, BUILTIN_LOSSES, BUILTIN_MODELS
+
+WEB_DIR = Path(__file__).resolve().parents[2] / "web"
+templates = Jinja2Templates(directory=str(WEB_DIR / "templates"))
+
+# Pages draw only same-origin scripts and styles; uPlot styles its canvas through the CSSOM,
+# which style-src does not restrict. Inline JSON data blocks are not scripts, so they are fine.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'"
+)
+MAX_YAML_BYTES = 256 * 1024
+
+router = APIRouter(include_in_schema=False)
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """safe_load without anchors/aliases: a few hundred bytes of aliases can expand to gigabytes of JSON."""
+
+    def compose_node(self, parent, index):  # noqa: ANN001, ANN201
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not supported", event.start_mark)
+        return super().compose_node(parent, index)
+
+SettingsDep = Annotated[Settings, Depends(app_settings)]
+
+
+def _static_version() -> str:
+    """Changes whenever a static file changes, so browsers never run stale JS after an upgrade."""
+    static = WEB_DIR / "static"
+    newest = max((p.stat().st_mtime_ns for p in static.rglob("*") if p.is_file()), default=0)
+    return format(newest, "x")[-8:]
+
+
+def _page(request: Request, template: str, csrf: str, **context: Any) -> HTMLResponse:
+    response = templates.TemplateResponse(
+        request, template, {"csrf": csrf, "static_version": _static_version(), **context}
+    )
+    _harden(response)
+    return response
+
+
+def _harden(response: Response) -> None:
+    response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "same-origin"
+    response.headers["Cache-Control"] = "no-store"
+
+
+def _to_login(request: Request) -> RedirectResponse:
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=status.HTTP_303_SEE_OTHER)
+
+
+def _safe_next(next_path: str | None) -> str:
+    """Only same-site paths: never an open redirect to another host."""
+    if not next_path or not next_path.startswith("/") or next_path.startswith("//") or "\\" in next_path:
+        return "/"
+    parts = urlsplit(next_path)
+    if parts.scheme or parts.netloc or parts.path.startswith("/login"):
+        return "/"
+    return next_path
+
+
+def _same_origin(request: Request) -> bool:
+    """A form POST from our own pages: Origin (or Referer) names this host, or the browser says same-origin.
+
+    Browsers send Origin on every cross-site POST, so a missing one with no Sec-Fetch-Site is a
+    non-browser client (curl), which CSRF cannot be about.
+    """
+    host = request.headers.get("host", "")
+    fetch_site = request.headers.get("sec-fetch-site")
+    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
+        return False
+    origin = request.headers.get("origin")
+    if origin is None or origin == "null":
+        referer = request.headers.get("referer")
+        if origin == "null" and not referer:
+            return False
+        origin = referer
+    if origin is None:
+        return True
+    return urlsplit(origin).netloc == host
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_page(request: Request, settings: SettingsDep, next: str | None = None) -> Response:
+    if session_csrf(request, settings) is not None:
+        return RedirectResponse(_safe_next(next), status_code=status.HTTP_303_SEE_OTHER)
+    return _page(request, "login.html", "", next=_safe_next(next), error=None)
+
+
+@router.post("/login", response_class=HTMLResponse)
+def login(
+    request: Request,
+    settings: SettingsDep,
+    token: Annotated[str, Form(max_length=4096)] = "",
+    next: Annotated[str, Form(max_length=2048)] = "/",
+) -> Response:
+    if not _same_origin(request):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "cross-site sign-in refused")
+    if not token or not token_matches(token.strip(), settings.token()):
+        response = _page(request, "login.html", "", next=_safe_next(next), error="That token is not this server's API token.")
+        response.status_code = status.HTTP_401_UNAUTHORIZED
+        return response
+    response = RedirectResponse(_safe_next(next), status_code=status.HTTP_303_SEE_OTHER)
+    issue_session(response, settings, secure=request.url.scheme == "https")
+    return response
+
+
+@router.post("/logout")
+def logout(request: Request, settings: SettingsDep, csrf: Annotated[str, Form(max_length=256)] = "") -> Response:
+    expected = session_csrf(request, settings)
+    if expected is not None and (not _same_origin(request) or not token_matches(csrf, expected)):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "sign-out needs the page's CSRF token")
+    response = RedirectResponse("/login", status_code=status.HTTP_303_SEE_OTHER)
+    clear_session(response)
+    return response
+
+
+@router.get("/", response_class=HTMLResponse)
+def jobs_page(request: Request, settings: SettingsDep) -> Response:
+    csrf = session_csrf(request, settings)
+    if csrf is None:
+        return _to_login(request)
+    return _page(request, "jobs.html", csrf, nav="jobs")
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+def job_page(request: Request, settings: SettingsDep, job_id: int) -> Response:
+    csrf = session_csrf(request, settings)
+    if csrf is None:
+        return _to_login(request)
+    return _page(request, "job.html", csrf, nav="jobs", job_id=job_id)
+
+
+@router.get("/compare", response_class=HTMLResponse)
+def compare_page(request: Request, settings: SettingsDep) -> Response:
+    csrf = session_csrf(request, settings)
+    if csrf is None:
+        return _to_login(request)
+    return _page(request, "compare.html", csrf, nav="compare")
+
+
+def _prefill(settings: Settings, clone: int | None, resume: int | None) -> tuple[dict[str, Any] | None, str | None]:
+    """The spec a new job starts from: a copy of another job's, or one resuming from a checkpoint."""
+    if clone is None and resume is None:
+        return None, None
+    with Session(get_engine(settings.resolved_database_url)) as db:
+        if resume is not None:
+            checkpoint = db.get(Checkpoint, resume)
+            job = db.get(Job, checkpoint.job_id) if checkpoint else None
+            if checkpoint is None or job is None or not job.run_dir:
+                raise HTTPException(status.HTTP_404_NOT_FOUND, f"checkpoint {resume} not found")
+            spec = dict(job.spec)
+            # The trainer takes an absolute path; the service allows only paths inside its runs dir.
+            spec["resume_from"] = str((Path(job.run_dir) / checkpoint.path).resolve())
+            spec["name"] = _derived_name(job.name, "resume")
+            return spec, f"Resuming job {job.name} (#{job.id}) from its checkpoint at step {checkpoint.step}."
+        job = db.get(Job, clone)
+        if job is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {clone} not found")
+        spec = dict(job.spec)
+        spec["name"] = _derived_name(job.name, "copy")
+        return spec, f"A copy of job {job.name} (#{job.id}): edit it and submit."
+
+
+def _script_json(value: Any) -> str:
+    """JSON safe inside <script type="application/json">: no '</script>' can close the element early."""
+    return json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _derived_name(name: str, suffix: str) -> str:
+    return f"{name[: 99 - len(suffix)]}-{suffix}"
+
+
+@router.get("/new", response_class=HTMLResponse)
+def new_job_page(
+    request: Request, settings: SettingsDep, clone: int | None = None, resume: int | None = None
+) -> Response:
+    csrf = session_csrf(request, settings)
+    if csrf is None:
+        return _to_login(request)
+    spec, note = _prefill(settings, clone, resume)
+    builtins = {"models": BUILTIN_MODELS, "data": BUILTIN_DATA, "losses": BUILTIN_LOSSES}
+    return _page(
+        request, "new.html", csrf, nav="new", prefill_json=_script_json(spec), prefill_note=note,
+        builtins_json=_script_json(builtins),
+    )
+
+
+@router.post("/ui/parse-spec")
+async def parse_spec_text(request: Request, settings: SettingsDep) -> Response:
+    """YAML (or JSON) text from the raw editor → a JSON object, so the browser needs no YAML parser.
+
+    Only parses (yaml.safe_load); validating is POST /api/jobs's job.
+    """
+    csrf = session_csrf(request, settings)
+    if csrf is None:
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "sign in first")
+    if not token_matches(request.headers.get(CSRF_HEADER, ""), csrf):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"missing or wrong {CSRF_HEADER} header")
+    body = await request.body()
+    if len(body) > MAX_YAML_BYTES:
+        raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, "spec text too large")
+    try:
+        value = yaml.load(body.decode("utf-8"), Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader)
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        return JSONResponse({"error": f"not valid YAML{where}: {problem}"}, status_code=400)
+    if not isinstance(value, dict):
+        return JSONResponse({"error": "the spec must be a mapping of fields (name: …, model: …)"}, status_code=400)
+    # default=str: YAML dates and the like become strings (the API then says whether they fit).
+    return Response(json.dumps({"spec": value}, default=str), media_type="application/json")

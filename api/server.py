@@ -1,0 +1,47 @@
+"""Run the API under uvicorn: `serve(settings)`, called by `rankzero api` / `rankzero up`.
+
+Refuses to bind a non-loopback address unless an API token is configured: a generated token
+kept in a local file is fine for 127.0.0.1, but a service reachable from the network must have
+a token its operator chose and knows.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+import uvicorn
+
+from api.settings import LOOPBACK_HOSTS, Settings
+
+
+class UnsafeBind(RuntimeError):
+    pass
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve to anything
+
+
+def check_bind(settings: Settings) -> None:
+    """Raise UnsafeBind when binding settings.host would expose the API without a configured token."""
+    if not is_loopback(settings.host) and settings.api_token is None:
+        raise UnsafeBind(
+            f"refusing to listen on {settings.host} without a configured API token: "
+            "set RANKZERO_API_TOKEN (or bind 127.0.0.1)"
+        )
+
+
+def serve(settings: Settings, **uvicorn_options: object) -> None:
+    """Check the bind address, build the app and run uvicorn until interrupted."""
+    check_bind(settings)
+    from api.app import create_app
+
+    app = create_app(settings)
+    options: dict[str, object] = {"host": settings.host, "port": settings.port, "log_level": "info", "proxy_headers": False}
+    options.update(uvicorn_options)
+    uvicorn.run(app, **options)  # type: ignore[arg-type]

@@ -1,0 +1,84 @@
+"""What the service refuses at submit time, beyond what the JobSpec model itself checks.
+
+Each check raises `SpecRefused` naming the field (as a FastAPI `loc`) and what to do instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+
+from api.paths import UnsafePath, inside_runs_dir
+from api.settings import Settings
+from trainer.spec import JobSpec
+
+log = logging.getLogger(__name__)
+
+
+class SpecRefused(ValueError):
+    def __init__(self, loc: tuple[str, ...], msg: str) -> None:
+        super().__init__(msg)
+        self.loc = loc
+        self.msg = msg
+
+
+def _module_allowed(module: str, prefixes: list[str]) -> bool:
+    # A prefix names a package: "myorg" allows "myorg" and "myorg.models", not "myorgevil".
+    return any(module == p or module.startswith(p.rstrip(".") + ".") for p in prefixes)
+
+
+def check_user_code(spec: JobSpec, settings: Settings) -> None:
+    prefixes = settings.allowed_code_prefixes
+    for field, name in (("model", spec.model.name), ("data", spec.data.name), ("loss", spec.loss.name if spec.loss else "")):
+        if name and name in spec.user_code_names() and not _module_allowed(name.split(":", 1)[0], prefixes):
+            allowed = ", ".join(prefixes) if prefixes else "none are allowed"
+            raise SpecRefused(
+                ("body", field, "name"),
+                f"user code {name!r} is outside the allowed module prefixes ({allowed}); "
+                "the server's RANKZERO_ALLOWED_CODE lists them",
+            )
+
+
+def check_resume_from(spec: JobSpec, settings: Settings) -> JobSpec:
+    """Return the spec with resume_from replaced by its resolved path inside the runs dir."""
+    if spec.resume_from is None:
+        return spec
+    try:
+        path = inside_runs_dir(spec.resume_from, settings.resolved_runs_dir)
+    except UnsafePath as exc:
+        raise SpecRefused(("body", "resume_from"), f"resume_from refused: {exc}") from None
+    if not path.is_file():
+        raise SpecRefused(("body", "resume_from"), "resume_from: no such checkpoint file inside the runs dir")
+    return spec.model_copy(update={"resume_from": str(path)})
+
+
+def check_single_node(spec: JobSpec) -> None:
+    if spec.nnodes != 1:
+        raise SpecRefused(("body", "nnodes"), "this service runs single-node jobs for now: set nnodes 1 (use nproc for more ranks)")
+
+
+def _capacity_check() -> Callable[[JobSpec, Settings], str | None] | None:
+    try:
+        module = importlib.import_module("worker.capacity")
+    except ImportError:
+        return None
+    return getattr(module, "check_fits", None)
+
+
+def check_capacity(spec: JobSpec, settings: Settings) -> None:
+    check = _capacity_check()
+    if check is None:
+        return
+    reason = check(spec, settings)
+    if reason:
+        raise SpecRefused(("body", "nproc"), reason)
+
+
+def apply(spec: JobSpec, settings: Settings) -> JobSpec:
+    """Run every submit check; return the spec to store (paths resolved)."""
+    check_single_node(spec)
+    check_user_code(spec, settings)
+    spec = check_resume_from(spec, settings)
+    check_capacity(spec, settings)
+    return spec

@@ -1,0 +1,63 @@
+"""Fixtures for the API tests: an app on each database, a client, rows inserted directly."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlmodel import Session
+
+from api.app import create_app
+from api.db import get_engine
+from api.settings import Settings
+from api.tables import Job, JobStatus, JobTransition
+
+
+@pytest.fixture
+def settings(api_settings: Callable[..., Settings], database_url: str) -> Settings:
+    return api_settings(database_url=database_url)
+
+
+@pytest.fixture
+def client(settings: Settings, auth_headers: dict[str, str]) -> Iterator[TestClient]:
+    with TestClient(create_app(settings), headers=auth_headers) as c:
+        yield c
+
+
+@pytest.fixture
+def anon_client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+@pytest.fixture
+def db(settings: Settings) -> Iterator[Session]:
+    with Session(get_engine(settings.resolved_database_url)) as s:
+        yield s
+
+
+SPEC: dict[str, Any] = {"name": "digits-ddp", "nproc": 2, "max_steps": 20, "data": {"name": "digits"}, "model": {"name": "mlp"}}
+
+
+@pytest.fixture
+def make_job(db: Session) -> Callable[..., Job]:
+    """Insert a job row directly (as the worker would find it), in any status."""
+
+    def make(name: str = "job", status: JobStatus = JobStatus.queued, spec: dict[str, Any] | None = None, **fields: Any) -> Job:
+        job = Job(name=name, spec=spec or {**SPEC, "name": name}, status=status, **fields)
+        db.add(job)
+        db.flush()
+        db.add(JobTransition(job_id=job.id, status=status))
+        db.commit()
+        db.refresh(job)
+        return job
+
+    return make
+
+
+@pytest.fixture
+def spec() -> dict[str, Any]:
+    """A valid JobSpec body (a fresh copy per test)."""
+    return {**SPEC}
