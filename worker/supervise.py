@@ -1,0 +1,173 @@
+"""Supervising one job from claim to outcome: the body of the Celery task.
+
+    wait for GPUs (in order) → claim (queued → starting) → launch torchrun → running
+    → loop { ingest events, heartbeat, act on cancelling / drain / stall, notice exit } → outcome
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlmodel import Session
+
+from api.db import get_engine
+from api.job_state import transition
+from api.settings import Settings
+from api.tables import Checkpoint, JobStatus, utcnow
+from trainer.run_dir import RunDir
+from trainer.spec import JobSpec
+from worker import cancel, claim, config, dispatch, drain, errors, gpus, outcome
+from worker.capacity import gpus_needed
+from worker.ingest import EventTail, Ingestor
+from worker.launch import Launched, launch
+
+log = logging.getLogger("rankzero.worker")
+S = JobStatus
+STOPPED_EXIT = 75  # the trainer's "checkpointed after SIGTERM" exit code
+
+
+def _latest_checkpoint(engine, job_id: int, run: RunDir) -> Path | None:  # noqa: ANN001
+    with Session(engine) as s:
+        rows = s.execute(select(Checkpoint.path).where(Checkpoint.job_id == job_id).order_by(Checkpoint.step.desc())).all()  # type: ignore[attr-defined]
+    for (path,) in rows:
+        if (run.root / path).is_file():
+            return (run.root / path).resolve()
+    return None
+
+
+def run_job(job_id: int, settings: Settings) -> str:
+    """Run job `job_id` if it is still queued; return a one-line account (for the worker log)."""
+    engine = get_engine(settings.resolved_database_url)
+    job = outcome.get_job(engine, job_id)
+    if job is None:
+        return f"job {job_id}: no such job"
+    if job.status != S.queued:
+        return f"job {job_id}: {job.status.value}, nothing to do (a repeated delivery)"
+    spec = JobSpec.model_validate(job.spec)
+    host = gpus.host_gpus(settings)
+    if spec.device == "cuda" and not host:
+        _refuse(engine, job_id, f"device 'cuda' but worker {socket.gethostname()} has no GPUs (RANKZERO_GPUS); use device 'cpu'")
+        return f"job {job_id}: refused, no GPUs"
+    need = gpus_needed(spec, len(host))
+    lease = None
+    if need:
+        if need > len(host):
+            _refuse(engine, job_id, f"the job needs {need} GPUs but worker {socket.gethostname()} has {len(host)}; lower nproc")
+            return f"job {job_id}: refused, too few GPUs"
+        lease = gpus.acquire(settings, job_id, need, keep_waiting=lambda: claim.touch_queued(engine, job_id), poll_s=config.poll_s() * 2)
+        if lease is None:
+            return f"job {job_id}: left the queue while waiting for GPUs"
+    try:
+        job = claim.claim(engine, job_id, settings.resolved_runs_dir)
+        if job is None:
+            return f"job {job_id}: claimed by another delivery"
+        cuda = lease.cuda_visible_devices if lease else ("" if host else None)
+        return _run_attempt(engine, settings, job_id, job.attempt, spec, cuda)
+    finally:
+        if lease is not None:
+            lease.release()
+
+
+def _refuse(engine, job_id: int, message: str) -> None:  # noqa: ANN001
+    with Session(engine) as s:
+        transition(s, job_id, S.failed, expect=S.queued, detail=message, error=message)
+        s.commit()
+
+
+def _run_attempt(engine, settings: Settings, job_id: int, attempt: int, spec: JobSpec, cuda: str | None) -> str:  # noqa: ANN001
+    run = RunDir(claim.run_dir_for(settings.resolved_runs_dir, job_id))
+    spec_dict = spec.model_dump(mode="json")
+    if attempt > 1:
+        latest = _latest_checkpoint(engine, job_id, run)
+        if latest is not None:
+            spec_dict["resume_from"] = str(latest)
+    try:
+        launched = launch(run, spec_dict, job_id, attempt, spec.nproc, cuda)
+    except OSError as exc:
+        outcome.finish(engine, job_id, S.failed, detail="launch failed", error=f"could not start torchrun: {exc}")
+        return f"job {job_id}: launch failed"
+    with Session(engine) as s:
+        transition(s, job_id, S.running, expect=S.starting, detail=f"torchrun pid {launched.proc.pid}, attempt {attempt}",
+                   pid=launched.proc.pid, heartbeat_at=utcnow())  # fmt: skip
+        s.commit()
+    log.info("job %s attempt %s: torchrun pid %s on %s", job_id, attempt, launched.proc.pid, cuda or "cpu")
+    return _supervise(engine, settings, job_id, attempt, spec, run, launched)
+
+
+def _supervise(engine, settings: Settings, job_id: int, attempt: int, spec: JobSpec, run: RunDir, launched: Launched) -> str:  # noqa: ANN001, C901
+    tail = EventTail(run.events)
+    ingestor = Ingestor(engine, job_id, run.root)
+    poll = config.poll_s()
+    last_beat = last_event = time.monotonic()
+    stop_reason: str | None = None  # "cancel" | "drain" | "stall"
+    exit_code: int | None = None
+    while True:
+        events = tail.read()
+        if events:
+            ingestor.ingest(events)
+            last_event = time.monotonic()
+        exit_code = launched.proc.poll()
+        if exit_code is not None:
+            exit_code = cancel.wait_gone(launched.proc, launched.mark)
+            break
+        now = time.monotonic()
+        status = claim.status_of(engine, job_id)
+        if status == S.cancelling:
+            stop_reason = "cancel"
+        elif drain.draining(settings):
+            stop_reason = "drain"
+        elif spec.stall_timeout_s is not None and now - last_event > spec.stall_timeout_s:
+            stop_reason = "stall"
+        elif status is None or status.is_terminal:
+            stop_reason = "gone"  # deleted or finished under us: do not leave ranks behind
+        if stop_reason:
+            grace = settings.cancel_grace_s if stop_reason != "stall" else min(settings.cancel_grace_s, 5.0)
+            exit_code = cancel.stop(launched.proc, launched.mark, grace)
+            break
+        if now - last_beat >= settings.heartbeat_s:
+            claim.touch_live(engine, job_id)
+            last_beat = now
+        time.sleep(poll)
+    ingestor.ingest(tail.read())  # what the ranks wrote on their way out (final checkpoint, stopped, failed)
+    return _record(engine, settings, job_id, attempt, spec, run, launched, ingestor, exit_code, stop_reason)
+
+
+def _record(engine, settings, job_id, attempt, spec, run, launched, ingestor, exit_code, stop_reason) -> str:  # noqa: ANN001
+    ev = ingestor.outcome
+    if stop_reason == "cancel":
+        outcome.finish(engine, job_id, S.cancelled, detail=f"cancelled; ranks stopped (exit {exit_code})", exit_code=exit_code)
+        return f"job {job_id}: cancelled"
+    if stop_reason == "gone":
+        return f"job {job_id}: row left the live states; ranks stopped"
+    if stop_reason == "drain":
+        outcome.requeue(engine, job_id, detail="worker shutting down; the job resumes from its latest checkpoint", exit_code=exit_code)
+        dispatch.enqueue(job_id, settings)
+        return f"job {job_id}: handed back to the queue (worker shutting down)"
+    if exit_code == 0 and stop_reason is None:
+        if outcome.finish(engine, job_id, S.succeeded, detail="finished", exit_code=0, eta_s=0.0):
+            return f"job {job_id}: succeeded"
+        return f"job {job_id}: finished but its row had moved on"
+    if stop_reason == "stall":
+        failure = errors.Failure(message=f"no event for {spec.stall_timeout_s:g} s (stall_timeout_s): a rank hung; its ranks were stopped",
+                                 exit_code=exit_code)  # fmt: skip
+    else:
+        failure = errors.diagnose(run, attempt, launched.launcher_log, exit_code)
+        if ev.failed and ev.failed.get("error"):
+            failure.message = str(ev.failed["error"])
+            if isinstance(ev.failed.get("rank"), int):
+                failure.rank = ev.failed["rank"]
+            if ev.failed.get("traceback") and not failure.traceback:
+                tb = ev.failed["traceback"]
+                failure.traceback = tb if isinstance(tb, list) else str(tb).splitlines()
+    if attempt <= spec.max_restarts:
+        detail = f"attempt {attempt} failed ({failure.message}); restarting from the latest checkpoint ({attempt}/{spec.max_restarts} restarts)"
+        if outcome.requeue(engine, job_id, detail=detail, failed_rank=failure.rank, exit_code=failure.exit_code):
+            dispatch.enqueue(job_id, settings)
+            return f"job {job_id}: restarting"
+    outcome.finish(engine, job_id, S.failed, detail=failure.message[:500], error=failure.text(),
+                   failed_rank=failure.rank, exit_code=failure.exit_code)  # fmt: skip
+    return f"job {job_id}: failed"
