@@ -1,0 +1,163 @@
+// Jobs list: filters and paging mirrored in the URL, polled every 2 s, rows updated in place
+// (so focus and ticked boxes survive the refresh), ticked jobs go to the compare page.
+import { api, ApiError } from "./api.js";
+import { $, h, setText, debounce } from "./dom.js";
+import { fmtAgo, fmtDuration, fmtNumber, fmtRate, jobDuration, progressFraction, TERMINAL } from "./format.js";
+import { progressBar, setProgress } from "./progress.js";
+
+const PAGE_SIZE = 25;
+const POLL_MS = 2000;
+
+const state = { status: "", name: "", offset: 0, total: 0 };
+const selected = new Set();
+const rows = new Map(); // job id -> {tr, cells}
+let timer = null;
+let inflight = null;
+
+function readUrl() {
+  const q = new URLSearchParams(location.search);
+  state.status = q.get("status") || "";
+  state.name = q.get("name") || "";
+  state.offset = Math.max(0, parseInt(q.get("offset") || "0", 10) || 0);
+  $("#filter-status").value = state.status;
+  $("#filter-name").value = state.name;
+}
+
+function writeUrl() {
+  const q = new URLSearchParams();
+  if (state.status) q.set("status", state.status);
+  if (state.name) q.set("name", state.name);
+  if (state.offset) q.set("offset", String(state.offset));
+  const s = q.toString();
+  history.replaceState(null, "", s ? `?${s}` : location.pathname);
+}
+
+function makeRow(job) {
+  const check = h("input", { type: "checkbox", class: "pick", "aria-label": `Select ${job.name} (#${job.id}) for compare` });
+  check.addEventListener("change", () => {
+    if (check.checked) selected.add(job.id); else selected.delete(job.id);
+    updateCompareButton();
+  });
+  const cells = {
+    check,
+    link: h("a", { href: `/jobs/${job.id}` }),
+    id: h("span", { class: "muted id" }),
+    badge: h("span", { class: "badge" }),
+    strategy: h("td", { class: "strategy" }),
+    bar: progressBar(`Progress of ${job.name}`),
+    progressText: h("span", { class: "progress-text" }),
+    rate: h("td", { class: "num" }),
+    eta: h("td", { class: "num" }),
+    loss: h("td", { class: "num" }),
+    started: h("td"),
+    duration: h("td", { class: "num" }),
+  };
+  const tr = h("tr", { dataset: { jobId: job.id } },
+    h("td", {}, check),
+    h("td", { class: "name" }, cells.link, " ", cells.id),
+    h("td", {}, cells.badge),
+    cells.strategy,
+    h("td", { class: "col-progress" }, h("div", { class: "progress-cell" }, cells.bar, cells.progressText)),
+    cells.rate, cells.eta, cells.loss, cells.started, cells.duration,
+  );
+  return { tr, cells };
+}
+
+function updateRow(row, job) {
+  const c = row.cells;
+  setText(c.link, job.name);
+  setText(c.id, `#${job.id}`);
+  setText(c.badge, job.status);
+  c.badge.className = `badge badge-${job.status}`;
+  setText(c.strategy, job.strategy || "–");
+  setProgress(c.bar, progressFraction(job), job.status);
+  setText(c.progressText, job.total_steps ? `${job.step ?? 0} / ${job.total_steps}` : (job.step ? `${job.step}` : ""));
+  const live = !TERMINAL.has(job.status);
+  setText(c.rate, live ? fmtRate(job.samples_per_s) : "–");
+  setText(c.eta, live && job.status === "running" ? fmtDuration(job.eta_s) : "–");
+  setText(c.loss, fmtNumber(job.latest_loss));
+  setText(c.started, job.started_at ? fmtAgo(job.started_at) : "–");
+  c.started.title = job.started_at || "";
+  setText(c.duration, fmtDuration(jobDuration(job)));
+  c.check.checked = selected.has(job.id);
+}
+
+function render(page) {
+  const body = $("#jobs-body");
+  const ids = page.items.map((j) => j.id);
+  for (const [id, row] of rows) {
+    if (!ids.includes(id)) { row.tr.remove(); rows.delete(id); }
+  }
+  page.items.forEach((job) => {
+    let row = rows.get(job.id);
+    if (!row) { row = makeRow(job); rows.set(job.id, row); }
+    updateRow(row, job);
+  });
+  // Re-append only when the order changed: moving a node would drop keyboard focus inside it.
+  const current = Array.from(body.children).map((tr) => Number(tr.dataset.jobId));
+  if (current.join() !== ids.join()) ids.forEach((id) => body.append(rows.get(id).tr));
+
+  state.total = page.total;
+  $("#jobs-empty").hidden = page.total > 0;
+  const first = page.total ? state.offset + 1 : 0;
+  const last = state.offset + page.items.length;
+  setText($("#page-info"), page.total ? `${first}–${last} of ${page.total}` : "");
+  $("#page-prev").disabled = state.offset === 0;
+  $("#page-next").disabled = last >= page.total;
+  $("#jobs-table").dataset.loaded = "true";
+}
+
+function updateCompareButton() {
+  const button = $("#compare-selected");
+  button.disabled = selected.size === 0;
+  setText(button, selected.size ? `Compare selected (${selected.size})` : "Compare selected");
+}
+
+async function refresh() {
+  clearTimeout(timer);
+  if (inflight) inflight.abort();
+  const controller = new AbortController();
+  inflight = controller;
+  try {
+    const page = await api("/jobs", {
+      query: { status: state.status, name: state.name, limit: PAGE_SIZE, offset: state.offset },
+      signal: controller.signal,
+    });
+    // Paged past the end (jobs filtered away): step back to the last page.
+    if (page.items.length === 0 && state.offset > 0 && page.total > 0) {
+      state.offset = Math.max(0, Math.floor((page.total - 1) / PAGE_SIZE) * PAGE_SIZE);
+      writeUrl();
+      return refresh();
+    }
+    render(page);
+    setText($("#list-state"), "");
+  } catch (err) {
+    if (err.name === "AbortError") return;
+    setText($("#list-state"), err instanceof ApiError ? `Could not load jobs: ${err.message}` : "Server unreachable; retrying…");
+  } finally {
+    if (inflight === controller) {
+      inflight = null;
+      timer = setTimeout(refresh, document.hidden ? POLL_MS * 5 : POLL_MS);
+    }
+  }
+}
+
+function onFilterChange() {
+  state.status = $("#filter-status").value;
+  state.name = $("#filter-name").value.trim();
+  state.offset = 0;
+  writeUrl();
+  refresh();
+}
+
+readUrl();
+$("#job-filters").addEventListener("submit", (e) => { e.preventDefault(); onFilterChange(); });
+$("#filter-status").addEventListener("change", onFilterChange);
+$("#filter-name").addEventListener("input", debounce(onFilterChange, 300));
+$("#page-prev").addEventListener("click", () => { state.offset = Math.max(0, state.offset - PAGE_SIZE); writeUrl(); refresh(); });
+$("#page-next").addEventListener("click", () => { state.offset += PAGE_SIZE; writeUrl(); refresh(); });
+$("#compare-selected").addEventListener("click", () => {
+  location.assign(`/compare?ids=${Array.from(selected).sort((a, b) => a - b).join(",")}`);
+});
+document.addEventListener("visibilitychange", () => { if (!document.hidden) refresh(); });
+refresh();

@@ -1,0 +1,201 @@
+// New job page: a form built from the spec's JSON Schema plus a raw JSON/YAML editor.
+// YAML is parsed by the server (POST /ui/parse-spec, yaml.safe_load) so no hand-written parser
+// runs here; JSON is parsed in the browser. 422 errors land under the field their loc names.
+import { api, request, ApiError } from "./api.js";
+import { $, h, setText } from "./dom.js";
+import { fieldId, SchemaForm } from "./schema_form.js";
+
+const SECTIONS = [
+  ["Job", ["name", "model", "data", "loss"]],
+  ["Strategy", ["nproc", "accumulation_steps", "batch_size", "sync", "nnodes", "device", "precision", "sync_batchnorm"]],
+  ["Length and evaluation", ["max_steps", "epochs", "log_every", "eval_every"]],
+  ["Optimizer", ["optimizer", "grad_clip_norm"]],
+  ["Schedule", ["scheduler"]],
+  ["Checkpoints and recovery", ["checkpoint", "resume_from", "max_restarts", "stall_timeout_s"]],
+];
+
+// Starting points for the built-in models and data (everything else keeps the schema defaults).
+const PRESETS = {
+  "digits-mlp": { label: "digits · mlp — tiny, runs on CPU in seconds", spec: { name: "digits-mlp", model: { name: "mlp" }, data: { name: "digits" }, batch_size: 32, max_steps: 200, eval_every: 50, optimizer: { name: "sgd", lr: 0.05 }, checkpoint: { every_steps: 100, every_epochs: null } } },
+  "digits-ddp": { label: "digits · mlp — DDP 2 × acc 2", spec: { name: "digits-ddp2-acc2", model: { name: "mlp" }, data: { name: "digits" }, batch_size: 8, accumulation_steps: 2, nproc: 2, max_steps: 200, eval_every: 50, optimizer: { name: "sgd", lr: 0.05 }, checkpoint: { every_steps: 100, every_epochs: null } } },
+  "mnist-convnet": { label: "MNIST · convnet", spec: { name: "mnist-convnet", model: { name: "convnet" }, data: { name: "mnist" }, batch_size: 64, epochs: 2, optimizer: { name: "adamw", lr: 0.001, weight_decay: 0.01 } } },
+  "fashion-convnet": { label: "Fashion-MNIST · convnet", spec: { name: "fashion-convnet", model: { name: "convnet" }, data: { name: "fashion_mnist" }, batch_size: 64, epochs: 5, optimizer: { name: "adamw", lr: 0.001 }, scheduler: { name: "cosine", warmup_steps: 100 } } },
+  "cifar10-resnet18": { label: "CIFAR-10 · resnet18 (GPU)", spec: { name: "cifar10-resnet18", model: { name: "resnet18" }, data: { name: "cifar10" }, batch_size: 128, epochs: 30, device: "cuda", precision: "bf16", optimizer: { name: "sgd", lr: 0.1, momentum: 0.9, nesterov: true, weight_decay: 0.0005 }, scheduler: { name: "cosine", warmup_steps: 500 } } },
+  "fake-resnet50": { label: "fake images · resnet50 — throughput test", spec: { name: "fake-resnet50", model: { name: "resnet50" }, data: { name: "fake" }, batch_size: 64, max_steps: 500, device: "cuda", precision: "bf16" } },
+};
+
+let form = null;
+let mode = "form";
+
+function readJson(id) {
+  try { return JSON.parse($(id).textContent); } catch { return null; }
+}
+
+function showSummary(items) {
+  const box = $("#form-errors");
+  box.hidden = items.length === 0;
+  if (!items.length) { box.replaceChildren(); return; }
+  box.replaceChildren(
+    h("p", { class: "alert-title" }, items.length === 1 ? "The job was not submitted:" : `The job was not submitted (${items.length} problems):`),
+    h("ul", {}, ...items.map(({ path, message, field }) => h("li", {},
+      path ? (field && mode === "form" ? h("a", { href: `#${field.input.id}` }, path) : h("code", {}, path)) : null,
+      path ? ": " : null, message))),
+  );
+}
+
+function clearErrors() {
+  form.clearErrors();
+  showSummary([]);
+  $("#raw-error").hidden = true;
+}
+
+/** The raw editor's text as a spec object: JSON in the browser, anything else through the server's YAML parser. */
+async function parseRaw() {
+  const text = $("#raw-spec").value;
+  try {
+    return JSON.parse(text);
+  } catch { /* not JSON: try YAML */ }
+  const body = await request("/ui/parse-spec", { method: "POST", body: text, raw: true }).catch((err) => {
+    throw new Error(err.body?.error || err.message);
+  });
+  return body.spec;
+}
+
+function currentSpecForBatch() {
+  if (mode === "form") {
+    try { return form.read(); } catch { return null; }
+  }
+  try { return JSON.parse($("#raw-spec").value); } catch { return null; }
+}
+
+function updateGlobalBatch() {
+  const spec = currentSpecForBatch();
+  if (!spec) return;
+  const parts = ["batch_size", "accumulation_steps", "nproc", "nnodes"].map((k) => {
+    const v = Number(spec[k] ?? form.schema.properties[k]?.default ?? 1);
+    return Number.isFinite(v) && v > 0 ? v : NaN;
+  });
+  const total = parts.reduce((a, b) => a * b, 1);
+  setText($("#global-batch"), Number.isFinite(total) ? total.toLocaleString("en-US") : "–");
+  setText($("#global-batch-formula"), `= ${parts.map((p) => (Number.isFinite(p) ? p : "?")).join(" × ")} (batch × accumulation × nproc × nnodes)`);
+}
+
+async function switchMode(next) {
+  if (next === mode) return;
+  if (next === "raw") {
+    let spec;
+    try { spec = form.read(); } catch (err) { showClientError(err); return; }
+    $("#raw-spec").value = JSON.stringify(spec, null, 2);
+  } else {
+    try {
+      form.write(await parseRaw());
+      $("#raw-error").hidden = true;
+    } catch (err) {
+      const box = $("#raw-error");
+      box.hidden = false;
+      setText(box, err.message);
+      return;
+    }
+  }
+  mode = next;
+  $("#panel-form").hidden = mode !== "form";
+  $("#panel-raw").hidden = mode !== "raw";
+  $("#tab-form").setAttribute("aria-selected", String(mode === "form"));
+  $("#tab-raw").setAttribute("aria-selected", String(mode === "raw"));
+  updateGlobalBatch();
+}
+
+function showClientError(err) {
+  const field = err.path ? form.showError(err.path.split("."), err.message) : null;
+  showSummary([{ path: err.path, message: err.message, field }]);
+  if (field) field.input.focus();
+}
+
+function showApiErrors(err) {
+  const detail = err.body?.detail;
+  if (!Array.isArray(detail)) {
+    showSummary([{ path: null, message: err.message }]);
+    $("#form-errors").focus();
+    return;
+  }
+  const items = detail.map((d) => {
+    const loc = (d.loc || []).slice(d.loc?.[0] === "body" ? 1 : 0);
+    const message = String(d.msg || "invalid").replace(/^Value error, /, "");
+    const field = loc.length ? form.showError(loc, message) : null;
+    return { path: loc.join(".") || null, message, field };
+  });
+  showSummary(items);
+  const first = items.find((i) => i.field);
+  if (mode === "form" && first) first.field.input.focus();
+  else $("#form-errors").focus();
+}
+
+async function submit(event) {
+  event.preventDefault();
+  clearErrors();
+  const button = $("#submit-job");
+  button.disabled = true;
+  setText(button, "Submitting…");
+  try {
+    let spec;
+    if (mode === "form") {
+      try { spec = form.read(); } catch (err) { showClientError(err); return; }
+    } else {
+      try { spec = await parseRaw(); } catch (err) {
+        const box = $("#raw-error");
+        box.hidden = false;
+        setText(box, err.message);
+        $("#raw-spec").focus();
+        return;
+      }
+    }
+    const job = await api("/jobs", { method: "POST", body: spec });
+    location.assign(`/jobs/${job.id}`);
+  } catch (err) {
+    if (err instanceof ApiError) showApiErrors(err);
+    else showSummary([{ path: null, message: err.message }]);
+  } finally {
+    button.disabled = false;
+    setText(button, "Submit job");
+  }
+}
+
+function applyPreset(key) {
+  const preset = PRESETS[key];
+  if (!preset) return;
+  clearErrors();
+  form.write(preset.spec);
+  if (mode === "raw") $("#raw-spec").value = JSON.stringify(form.read(), null, 2);
+  updateGlobalBatch();
+}
+
+async function main() {
+  const schema = await api("/schema/job-spec");
+  form = new SchemaForm(schema, readJson("#builtins") || { models: [], data: [], losses: [] });
+  const container = $("#spec-fields");
+  const placed = new Set(SECTIONS.flatMap(([, keys]) => keys));
+  const rest = Object.keys(schema.properties).filter((k) => !placed.has(k));
+  container.replaceChildren(...SECTIONS.map(([title, keys]) => form.section(title, keys)), form.section("More", rest));
+
+  const prefill = readJson("#prefill-spec");
+  const presetSelect = $("#preset");
+  presetSelect.replaceChildren(
+    ...(prefill ? [h("option", { value: "" }, "(the copied spec)")] : []),
+    ...Object.entries(PRESETS).map(([key, p]) => h("option", { value: key }, p.label)),
+  );
+  if (prefill) form.write(prefill);
+  else applyPreset("digits-mlp");
+  presetSelect.addEventListener("change", () => applyPreset(presetSelect.value));
+
+  $("#job-form").addEventListener("input", updateGlobalBatch);
+  $("#job-form").addEventListener("change", updateGlobalBatch);
+  $("#job-form").addEventListener("submit", submit);
+  $("#tab-form").addEventListener("click", () => switchMode("form"));
+  $("#tab-raw").addEventListener("click", () => switchMode("raw"));
+  $("#job-form").dataset.ready = "true";
+  updateGlobalBatch();
+  // The name field gets focus so a keyboard user starts typing right away.
+  $(`#${fieldId("name")}`)?.focus();
+}
+
+main().catch((err) => showSummary([{ path: null, message: `Could not load the job spec schema: ${err.message}` }]));

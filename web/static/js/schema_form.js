@@ -1,0 +1,220 @@
+// Builds form fields from the JobSpec JSON Schema (GET /api/schema/job-spec) and converts between
+// the form and a spec object. Each field's wrapper carries data-path="optimizer.lr", which is how
+// 422 errors (detail[].loc) find the field they concern.
+import { h } from "./dom.js";
+
+export function fieldId(path) {
+  return `f-${path.replace(/[^A-Za-z0-9]+/g, "-")}`;
+}
+
+/** Follows $ref and folds `anyOf: [X, {type: null}]` into X with nullable: true. */
+export function resolve(node, defs) {
+  let out = { ...node };
+  if (out.$ref) {
+    const target = defs[out.$ref.split("/").pop()];
+    const { $ref, ...rest } = out;
+    out = { ...target, ...rest };
+  }
+  if (Array.isArray(out.anyOf)) {
+    const nonNull = out.anyOf.filter((n) => n.type !== "null");
+    if (nonNull.length === 1 && nonNull.length < out.anyOf.length) {
+      const { anyOf, ...rest } = out;
+      out = { ...resolve(nonNull[0], defs), ...rest, nullable: true };
+    }
+  }
+  return out;
+}
+
+function kindOf(node) {
+  if (node.enum) return "enum";
+  if (node.type === "object" && node.properties) return "object";
+  if (node.type === "object" || node.type === "array") return "json";
+  if (node.type === "boolean") return "boolean";
+  if (node.type === "integer" || node.type === "number") return "number";
+  return "string";
+}
+
+function humanTitle(key, node) {
+  return node.title && !/Spec$/.test(node.title) ? node.title : key.replace(/_/g, " ").replace(/^./, (c) => c.toUpperCase());
+}
+
+export class SchemaForm {
+  /** @param schema the JobSpec JSON Schema; builtins: {models, data, losses} for the name pickers */
+  constructor(schema, builtins) {
+    this.schema = schema;
+    this.defs = schema.$defs || {};
+    this.builtins = builtins;
+    this.fields = new Map(); // path -> {node, kind, input, wrapper, error}
+    this.nullToggles = new Map(); // path of a nullable object -> checkbox
+  }
+
+  /** The <fieldset> for one top-level group of keys. */
+  section(title, keys) {
+    const box = h("fieldset", { class: "section" }, h("legend", {}, title));
+    const grid = h("div", { class: "grid" });
+    box.append(grid);
+    for (const key of keys) {
+      const node = this.schema.properties[key];
+      if (!node) continue;
+      const resolved = resolve(node, this.defs);
+      if (kindOf(resolved) === "object") box.append(this.objectFieldset(key, resolved));
+      else grid.append(this.field(key, key, resolved));
+    }
+    if (!grid.children.length) grid.remove();
+    return box;
+  }
+
+  objectFieldset(path, node) {
+    const box = h("fieldset", { class: "sub", dataset: { path } }, h("legend", {}, humanTitle(path.split(".").pop(), node)));
+    const grid = h("div", { class: "grid" });
+    if (node.nullable) {
+      const toggle = h("input", { type: "checkbox", id: fieldId(`${path}-null`) });
+      toggle.addEventListener("change", () => {
+        for (const [p, f] of this.fields) if (p.startsWith(`${path}.`)) f.input.disabled = toggle.checked;
+      });
+      this.nullToggles.set(path, toggle);
+      box.append(h("label", { class: "check null-toggle", for: toggle.id }, toggle, ` None (${node.description || "null"})`));
+    }
+    for (const [key, child] of Object.entries(node.properties)) {
+      const resolved = resolve(child, this.defs);
+      const childPath = `${path}.${key}`;
+      if (kindOf(resolved) === "object") box.append(this.objectFieldset(childPath, resolved));
+      else grid.append(this.field(childPath, key, resolved));
+    }
+    box.append(grid);
+    return box;
+  }
+
+  field(path, key, node) {
+    const kind = kindOf(node);
+    const id = fieldId(path);
+    const hintId = `${id}-hint`;
+    const errorId = `${id}-error`;
+    const common = { id, name: path, "aria-describedby": `${hintId} ${errorId}` };
+    let input;
+    if (kind === "enum") {
+      input = h("select", common,
+        node.nullable ? h("option", { value: "" }, "(none)") : null,
+        ...node.enum.map((v) => h("option", { value: v }, v)));
+    } else if (kind === "boolean") {
+      input = h("input", { ...common, type: "checkbox" });
+    } else if (kind === "number") {
+      const min = node.minimum ?? node.exclusiveMinimum;
+      const max = node.maximum ?? node.exclusiveMaximum;
+      input = h("input", { ...common, type: "number", inputmode: node.type === "integer" ? "numeric" : "decimal", step: node.type === "integer" ? 1 : "any", min, max, placeholder: node.nullable ? "none" : null });
+    } else if (kind === "json") {
+      input = h("textarea", { ...common, rows: 2, spellcheck: "false", class: "mono", placeholder: node.type === "array" ? "[…]" : "{}" });
+    } else {
+      const hasList = Boolean(this.presetNames(path));
+      input = h("input", { ...common, type: "text", spellcheck: "false", list: hasList ? `${id}-list` : null, placeholder: node.nullable ? "none" : null, maxlength: node.maxLength });
+    }
+    const error = h("p", { class: "field-error", id: errorId, hidden: true });
+    const hint = h("p", { class: "hint", id: hintId }, node.description || "");
+    const label = h("label", { for: id }, humanTitle(key, node), h("code", { class: "key" }, key));
+    const wrapper = kind === "boolean"
+      ? h("div", { class: "field field-check", dataset: { path } }, h("div", { class: "check-row" }, input, label), hint, error)
+      : h("div", { class: `field field-${kind}`, dataset: { path } }, label, input, this.datalistFor(path, id), hint, error);
+    this.fields.set(path, { node, kind, input, wrapper, error });
+    return wrapper;
+  }
+
+  /** Built-in names offered for model/data/loss (user code 'pkg.module:fn' can still be typed). */
+  presetNames(path) {
+    return { "model.name": this.builtins.models, "data.name": this.builtins.data, "loss.name": this.builtins.losses }[path] || null;
+  }
+
+  datalistFor(path, id) {
+    const options = this.presetNames(path);
+    return options ? h("datalist", { id: `${id}-list` }, ...options.map((v) => h("option", { value: v }))) : null;
+  }
+
+  /** The spec the form describes; throws {path, message} for a JSON field that does not parse. */
+  read() {
+    const spec = {};
+    for (const [path, f] of this.fields) {
+      const nullParent = Array.from(this.nullToggles.keys()).find((p) => path.startsWith(`${p}.`) && this.nullToggles.get(p).checked);
+      if (nullParent) { setPath(spec, nullParent, null); continue; }
+      const value = readField(path, f);
+      if (value !== undefined) setPath(spec, path, value);
+    }
+    return spec;
+  }
+
+  /** Fills every field from a spec; missing keys fall back to the schema's defaults. */
+  write(spec) {
+    for (const [path, toggle] of this.nullToggles) {
+      toggle.checked = getPath(spec, path) === null;
+      toggle.dispatchEvent(new Event("change"));
+    }
+    for (const [path, f] of this.fields) {
+      const given = getPath(spec, path);
+      writeField(f, given === undefined ? f.node.default : given);
+    }
+  }
+
+  clearErrors() {
+    for (const f of this.fields.values()) {
+      f.error.hidden = true;
+      f.error.textContent = "";
+      f.input.removeAttribute("aria-invalid");
+      f.wrapper.classList.remove("has-error");
+    }
+  }
+
+  /** Puts a message under the field a loc points to (or its closest ancestor); false if none. */
+  showError(loc, message) {
+    const parts = loc.map(String);
+    for (let n = parts.length; n > 0; n--) {
+      const f = this.fields.get(parts.slice(0, n).join("."));
+      if (!f) continue;
+      f.error.textContent = f.error.textContent ? `${f.error.textContent} ${message}` : message;
+      f.error.hidden = false;
+      f.input.setAttribute("aria-invalid", "true");
+      f.wrapper.classList.add("has-error");
+      return f;
+    }
+    return null;
+  }
+}
+
+function readField(path, f) {
+  const { kind, input, node } = f;
+  if (kind === "boolean") return input.checked;
+  const raw = input.value.trim();
+  if (raw === "") return node.nullable ? null : undefined;
+  if (kind === "number") {
+    const n = Number(raw);
+    return Number.isFinite(n) ? n : raw; // a non-number goes to the API, which says what is wrong
+  }
+  if (kind === "json") {
+    try { return JSON.parse(raw); } catch (err) { throw Object.assign(new Error(`not valid JSON: ${err.message}`), { path }); }
+  }
+  return raw;
+}
+
+function writeField(f, value) {
+  const { kind, input } = f;
+  if (kind === "boolean") input.checked = Boolean(value);
+  else if (kind === "json") input.value = value === undefined || value === null ? (f.node.type === "object" ? "{}" : "") : JSON.stringify(value);
+  else input.value = value === undefined || value === null ? "" : String(value);
+}
+
+export function getPath(obj, path) {
+  let cur = obj;
+  for (const part of path.split(".")) {
+    if (cur === null || typeof cur !== "object" || !(part in cur)) return undefined;
+    cur = cur[part];
+  }
+  return cur;
+}
+
+export function setPath(obj, path, value) {
+  const parts = path.split(".");
+  let cur = obj;
+  for (const part of parts.slice(0, -1)) {
+    if (cur[part] === null) return; // the whole object was set to null
+    if (typeof cur[part] !== "object") cur[part] = {};
+    cur = cur[part];
+  }
+  cur[parts[parts.length - 1]] = value;
+}
