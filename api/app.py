@@ -14,7 +14,7 @@ from pathlib import Path
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from api import migrate
+from api import errors, migrate
 from api.auth import require_auth
 from api.limits import RequestLimitsMiddleware
 from api.routes import checkpoints, health, jobs, logs, metrics, schema, stream
@@ -36,6 +36,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         openapi_url="/openapi.json",
     )
     app.state.settings = settings
+    errors.install(app)
     app.add_middleware(RequestLimitsMiddleware, max_body_bytes=settings.max_body_bytes)
 
     protected = APIRouter(dependencies=[Depends(require_auth)])

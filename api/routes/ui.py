@@ -23,6 +23,8 @@ from sqlmodel import Session
 
 from api.auth import CSRF_HEADER, app_settings, clear_session, issue_session, session_csrf, token_matches
 from api.db import get_engine
+from api.paths import UnsafePath
+from api.run_dirs import run_dir_of
 from api.settings import Settings
 from api.tables import Checkpoint, Job
 from trainer.spec import BUILTIN_DATA, BUILTIN_LOSSES, BUILTIN_MODELS
@@ -178,11 +180,15 @@ def _prefill(settings: Settings, clone: int | None, resume: int | None) -> tuple
         if resume is not None:
             checkpoint = db.get(Checkpoint, resume)
             job = db.get(Job, checkpoint.job_id) if checkpoint else None
-            if checkpoint is None or job is None or not job.run_dir:
+            if checkpoint is None or job is None:
                 raise HTTPException(status.HTTP_404_NOT_FOUND, f"checkpoint {resume} not found")
+            try:
+                run_dir = run_dir_of(job, settings)
+            except UnsafePath as exc:
+                raise HTTPException(status.HTTP_404_NOT_FOUND, f"checkpoint {resume} is outside the runs dir: {exc}") from None
             spec = dict(job.spec)
             # The trainer takes an absolute path; the service allows only paths inside its runs dir.
-            spec["resume_from"] = str((Path(job.run_dir) / checkpoint.path).resolve())
+            spec["resume_from"] = str(run_dir / checkpoint.path)
             spec["name"] = _derived_name(job.name, "resume")
             return spec, f"Resuming job {job.name} (#{job.id}) from its checkpoint at step {checkpoint.step}."
         job = db.get(Job, clone)

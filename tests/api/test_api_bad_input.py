@@ -1,0 +1,191 @@
+"""Bad input is refused with a clear 4xx and nothing is written: auth, sizes, nesting, NaN,
+user code, path traversal in every path-bearing field and route, job ids of another shape."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+from urllib.parse import urlsplit
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.auth import CSRF_COOKIE, CSRF_HEADER, SESSION_COOKIE, _serializer
+from api.server import UnsafeBind, check_bind
+from api.settings import Settings
+from api.tables import Checkpoint
+
+
+def _jobs(client: TestClient) -> int:
+    return client.get("/api/jobs").json()["total"]
+
+
+def test_missing_or_wrong_token_is_401(anon_client: TestClient) -> None:
+    assert anon_client.get("/api/jobs").status_code == 401
+    r = anon_client.get("/api/jobs", headers={"Authorization": "Bearer wrong"})
+    assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+    assert anon_client.get("/api/jobs", headers={"Authorization": "Basic dGVzdA=="}).status_code == 401
+    assert anon_client.post("/api/jobs", json={}).status_code == 401
+    for path in ("/api/jobs/1", "/api/jobs/1/metrics", "/api/jobs/1/logs", "/api/jobs/1/stream",
+                 "/api/jobs/1/checkpoints", "/api/checkpoints/1/download", "/api/schema/job-spec"):
+        assert anon_client.get(path).status_code == 401, path
+    assert anon_client.get("/api/health").status_code == 200
+
+
+def test_session_cookie_needs_csrf_for_unsafe_methods(anon_client: TestClient, settings: Settings, spec: dict) -> None:
+    anon_client.cookies.set(SESSION_COOKIE, _serializer(settings).dumps({"csrf": "secret-x"}))
+    anon_client.cookies.set(CSRF_COOKIE, "secret-x")
+    assert anon_client.get("/api/jobs").status_code == 200
+    assert anon_client.post("/api/jobs", json=spec).status_code == 403
+    assert anon_client.post("/api/jobs", json=spec, headers={CSRF_HEADER: "other"}).status_code == 403
+    assert anon_client.post("/api/jobs", json=spec, headers={CSRF_HEADER: "secret-x"}).status_code == 201
+    anon_client.cookies.set(SESSION_COOKIE, "forged.cookie.value")
+    assert anon_client.get("/api/jobs").status_code == 401
+
+
+@pytest.mark.parametrize("patch, loc", [
+    ({"batch_size": 0}, ["body", "batch_size"]),
+    ({"batch_size": 10**12}, ["body", "batch_size"]),
+    ({"nproc": 0}, ["body", "nproc"]),
+    ({"max_steps": 10**30}, ["body", "max_steps"]),
+    ({"unknown": True}, ["body", "unknown"]),
+    ({"model": {"name": "mlp", "extra": 1}}, ["body", "model", "extra"]),
+    ({"nnodes": 2}, ["body", "nnodes"]),
+    ({"model": {"name": "os:system"}}, ["body", "model", "name"]),
+    ({"data": {"name": "subprocess:run"}}, ["body", "data", "name"]),
+])
+def test_spec_refusals_name_the_field(client: TestClient, spec: dict, patch: dict, loc: list) -> None:
+    before = _jobs(client)
+    r = client.post("/api/jobs", json={**spec, **patch})
+    assert r.status_code == 422, r.text
+    assert loc in [e["loc"] for e in r.json()["detail"]], r.json()
+    assert _jobs(client) == before
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_inf_are_refused(client: TestClient, spec: dict, number: str) -> None:
+    body = json.dumps(spec)[:-1] + f', "grad_clip_norm": {number}}}'
+    r = client.post("/api/jobs", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 422 and ["body", "grad_clip_norm"] in [e["loc"] for e in r.json()["detail"]]
+    nested = {**spec, "model": {"name": "mlp", "args": {"x": 1}}}
+    body = json.dumps(nested).replace('"x": 1', f'"x": {number}')
+    assert client.post("/api/jobs", content=body, headers={"content-type": "application/json"}).status_code == 422
+
+
+def test_user_code_only_from_allowed_prefixes(api_settings, database_url: str, auth_headers: dict, spec: dict) -> None:  # noqa: ANN001
+    from api.app import create_app
+
+    settings = api_settings(database_url=database_url, allowed_code="myorg.models, labcode")
+    with TestClient(create_app(settings), headers=auth_headers) as c:
+        ok = {**spec, "model": {"name": "myorg.models.nets:build"}, "data": {"name": "labcode:data"}}
+        assert c.post("/api/jobs", json=ok).status_code == 201
+        for bad in ("myorgevil:build", "myorg:build", "os.path:join", "labcodex.y:z"):
+            r = c.post("/api/jobs", json={**spec, "model": {"name": bad}})
+            assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "model", "name"], bad
+
+
+def test_oversized_bodies_are_413(client: TestClient, settings: Settings, spec: dict) -> None:
+    big = b'{"name": "' + b"a" * (settings.max_body_bytes + 10) + b'"}'
+    r = client.post("/api/jobs", content=big, headers={"content-type": "application/json"})
+    assert r.status_code == 413 and "larger than" in r.json()["detail"]
+
+    def chunks():  # noqa: ANN202  (streamed: no Content-Length, chunked transfer)
+        for _ in range(settings.max_body_bytes // 4096 + 2):
+            yield b" " * 4096
+
+    r = client.post("/api/jobs", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413
+
+
+def test_oversized_chunked_body_over_a_real_socket(live_api, settings: Settings, auth_headers: dict) -> None:  # noqa: ANN001
+    base = urlsplit(live_api(settings))
+    conn = http.client.HTTPConnection(base.hostname, base.port, timeout=10)
+    conn.putrequest("POST", "/api/jobs")
+    conn.putheader("Authorization", auth_headers["Authorization"])
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Transfer-Encoding", "chunked")
+    conn.endheaders()
+    try:
+        for _ in range(settings.max_body_bytes // 65536 + 2):
+            conn.send(b"10000\r\n" + b" " * 65536 + b"\r\n")
+        conn.send(b"0\r\n\r\n")
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the server may answer and close before the whole body is sent
+    assert conn.getresponse().status == 413
+
+
+def test_deeply_nested_json_is_400(client: TestClient, spec: dict) -> None:
+    body = '{"name": "x", "model": {"name": "mlp", "args": {"a": ' + "[" * 5000 + "]" * 5000 + "}}}"
+    r = client.post("/api/jobs", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "deeper" in r.json()["detail"]
+    shallow = {**spec, "model": {"name": "mlp", "args": {"a": [[[[[[[1]]]]]]]}}}
+    assert client.post("/api/jobs", json=shallow).status_code == 422  # the spec's own args depth rule
+
+
+def test_resume_from_must_stay_inside_the_runs_dir(client: TestClient, settings: Settings, spec: dict, tmp_path) -> None:  # noqa: ANN001
+    runs = settings.resolved_runs_dir
+    good = runs / "7" / "checkpoints" / "step_00000010.pt"
+    good.parent.mkdir(parents=True)
+    good.write_bytes(b"ckpt")
+    outside = tmp_path / "outside.pt"
+    outside.write_bytes(b"evil")
+    os.symlink(outside, runs / "7" / "checkpoints" / "link.pt")
+    os.symlink(tmp_path, runs / "escape")
+    before = _jobs(client)
+    for bad in ("../outside.pt", str(outside), "/etc/passwd", "7/../../outside.pt", "7/checkpoints/link.pt",
+                "escape/outside.pt", "..%2Foutside.pt", "%252e%252e/outside.pt", "7/checkpoints/step\x00.pt",
+                "7/checkpoints/missing.pt"):
+        r = client.post("/api/jobs", json={**spec, "resume_from": bad})
+        assert r.status_code == 422, bad
+        assert ["body", "resume_from"] in [e["loc"] for e in r.json()["detail"]], (bad, r.json())
+    assert _jobs(client) == before
+    for ok in ("7/checkpoints/step_00000010.pt", str(good)):
+        r = client.post("/api/jobs", json={**spec, "resume_from": ok})
+        assert r.status_code == 201 and r.json()["spec"]["resume_from"] == str(good.resolve())
+
+
+def test_checkpoint_rows_pointing_outside_are_not_served(client: TestClient, make_job, db, settings: Settings, tmp_path) -> None:  # noqa: ANN001
+    secret = tmp_path / "secret.txt"
+    secret.write_text("top secret")
+    job = make_job()
+    run = settings.resolved_runs_dir / str(job.id)
+    (run / "checkpoints").mkdir(parents=True)
+    os.symlink(secret, run / "checkpoints" / "step_00000002.pt")
+    rows = [Checkpoint(job_id=job.id, step=i, path=p, bytes=1, sha256="0" * 64) for i, p in enumerate(
+        ["../../secret.txt", str(secret), "checkpoints/step_00000002.pt", "checkpoints/%2e%2e/x", "checkpoints/\x01"])]
+    db.add_all(rows)
+    db.commit()
+    for row in rows:
+        r = client.get(f"/api/checkpoints/{row.id}/download")
+        assert r.status_code == 404 and "top secret" not in r.text, row.path
+    for path in ("/api/jobs/1/../../etc/passwd", "/api/jobs/%2e%2e/logs", "/api/jobs/%252e%252e/logs",
+                 "/api/checkpoints/..%2F..%2Fetc%2Fpasswd/download", "/api/jobs/1%00/logs"):
+        assert client.get(path).status_code in (404, 422), path
+
+
+def test_log_route_refuses_symlinks_out_and_bad_params(client: TestClient, make_job, settings: Settings, tmp_path) -> None:  # noqa: ANN001
+    job = make_job()
+    secret = tmp_path / "secret.log"
+    secret.write_text("top secret")
+    rank_dir = settings.resolved_runs_dir / str(job.id) / "logs" / "attempt_1" / "r1" / "attempt_0" / "0"
+    rank_dir.mkdir(parents=True)
+    os.symlink(secret, rank_dir / "stderr.log")
+    r = client.get(f"/api/jobs/{job.id}/logs")
+    assert r.status_code == 404 and "top secret" not in r.text
+    for params in ({"rank": -1}, {"rank": "../0"}, {"stream": "../../etc/passwd"}, {"offset": -5}, {"tail": 0}):
+        assert client.get(f"/api/jobs/{job.id}/logs", params=params).status_code == 422, params
+
+
+def test_job_with_a_run_dir_outside_is_not_read(client: TestClient, make_job, tmp_path) -> None:  # noqa: ANN001
+    job = make_job(run_dir=str(tmp_path))
+    assert client.get(f"/api/jobs/{job.id}/logs").status_code == 404
+
+
+def test_non_loopback_bind_needs_a_configured_token(tmp_path) -> None:  # noqa: ANN001
+    check_bind(Settings(data_dir=tmp_path, host="127.0.0.1"))
+    check_bind(Settings(data_dir=tmp_path, host="::1"))
+    check_bind(Settings(data_dir=tmp_path, host="0.0.0.0", api_token="chosen"))
+    for host in ("0.0.0.0", "::", "192.168.1.5", "example.com"):
+        with pytest.raises(UnsafeBind, match="RANKZERO_API_TOKEN"):
+            check_bind(Settings(data_dir=tmp_path, host=host))

@@ -1,0 +1,74 @@
+"""Metric series: raw when small, min/max downsampling past max_points (spikes survive),
+agreement with a brute-force bucketing, step ranges, incremental rollups — both databases."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from fastapi.testclient import TestClient
+from sqlalchemy import insert
+from sqlmodel import Session
+
+from api.tables import MetricPoint
+
+
+def _insert(db: Session, job_id: int, points: list[tuple[int, str, int, float]]) -> None:
+    db.execute(insert(MetricPoint), [{"job_id": job_id, "seq": s, "name": n, "step": st, "value": v, "time": 0.0} for s, n, st, v in points])
+    db.commit()
+
+
+def test_small_series_come_back_raw(client: TestClient, make_job, db: Session) -> None:  # noqa: ANN001
+    job = make_job()
+    _insert(db, job.id, [(i * 2, "train/loss", i, 1.0 / (i + 1)) for i in range(50)] + [(i * 2 + 1, "lr", i, 0.1) for i in range(50)])
+    body = client.get(f"/api/jobs/{job.id}/metrics").json()
+    assert body["job_id"] == job.id
+    by_name = {s["name"]: s for s in body["series"]}
+    assert set(by_name) == {"train/loss", "lr"}
+    loss = by_name["train/loss"]
+    assert loss["total_points"] == 50 and not loss["downsampled"]
+    assert loss["points"][:2] == [{"step": 0, "value": 1.0}, {"step": 1, "value": 0.5}]
+    only = client.get(f"/api/jobs/{job.id}/metrics", params={"name": "lr", "start_step": 10, "end_step": 19}).json()
+    assert [s["name"] for s in only["series"]] == ["lr"] and len(only["series"][0]["points"]) == 10
+
+
+def test_downsampling_keeps_the_spike(client: TestClient, make_job, db: Session) -> None:  # noqa: ANN001
+    job = make_job()
+    n, spike = 20_000, 12_345
+    _insert(db, job.id, [(i, "train/loss", i, 1.0 + 1e-3 * math.sin(i) + (100.0 if i == spike else 0.0)) for i in range(n)])
+    s = client.get(f"/api/jobs/{job.id}/metrics", params={"name": "train/loss", "max_points": 100}).json()["series"][0]
+    assert s["downsampled"] and s["total_points"] == n and len(s["points"]) <= 100
+    assert {"step": spike, "value": 101.0 + 1e-3 * math.sin(spike)} in s["points"]
+    steps = [p["step"] for p in s["points"]]
+    assert steps == sorted(steps)
+    dip = client.get(f"/api/jobs/{job.id}/metrics", params={"name": "train/loss", "max_points": 10, "start_step": 5000}).json()
+    assert any(p["step"] == spike for p in dip["series"][0]["points"]) and dip["series"][0]["total_points"] == n - 5000
+
+
+def test_downsampling_matches_brute_force_and_follows_new_points(client: TestClient, make_job, db: Session) -> None:  # noqa: ANN001
+    rng = random.Random(7)
+    job = make_job()
+    values = {i: rng.gauss(0, 1) for i in range(30_000)}
+    _insert(db, job.id, [(i, "m", i, values[i]) for i in range(20_000)])
+    first = client.get(f"/api/jobs/{job.id}/metrics", params={"name": "m", "max_points": 400}).json()["series"][0]
+    assert first["total_points"] == 20_000
+    _insert(db, job.id, [(i, "m", i, values[i]) for i in range(20_000, 30_000)])  # arrives after the first fold
+    lo, hi = 1234, 28_765
+    s = client.get(f"/api/jobs/{job.id}/metrics", params={"name": "m", "max_points": 400, "start_step": lo, "end_step": hi}).json()["series"][0]
+    assert s["total_points"] == hi - lo + 1 and len(s["points"]) <= 400
+    got = {(p["step"], p["value"]) for p in s["points"]}
+    # Whatever the bucketing, the global extremes of the range and every returned point are real data.
+    in_range = {i: v for i, v in values.items() if lo <= i <= hi}
+    assert all(values[st] == v for st, v in got)
+    assert max(in_range.items(), key=lambda kv: kv[1]) in got and min(in_range.items(), key=lambda kv: kv[1]) in got
+
+
+def test_non_finite_values_and_bad_params(client: TestClient, make_job, db: Session) -> None:  # noqa: ANN001
+    job = make_job()
+    _insert(db, job.id, [(0, "x", 0, 1.0), (1, "x", 1, float("inf")), (2, "x", 2, 2.0)])
+    s = client.get(f"/api/jobs/{job.id}/metrics").json()["series"][0]
+    assert [p["value"] for p in s["points"]] == [1.0, 2.0]
+    assert client.get(f"/api/jobs/{job.id}/metrics", params={"max_points": 0}).status_code == 422
+    assert client.get(f"/api/jobs/{job.id}/metrics", params={"max_points": 10**12}).status_code == 422
+    assert client.get(f"/api/jobs/{job.id}/metrics", params={"start_step": 5, "end_step": 1}).status_code == 422
+    assert client.get("/api/jobs/424242/metrics").status_code == 404
