@@ -25,7 +25,7 @@ TASK_RUN_JOB = "rankzero.run_job"
 
 def make_celery(settings: Settings) -> Celery:
     url = settings.resolved_broker_url
-    app = Celery("rankzero", broker=url, include=["worker.tasks"])
+    app = Celery("rankzero", broker=url, include=["worker.tasks", "worker.lifecycle"])
     transport_options: dict[str, object] = {}
     if url.startswith(("redis://", "rediss://", "sentinel://")):
         transport_options["visibility_timeout"] = config.visibility_timeout_s()

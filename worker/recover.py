@@ -1,0 +1,98 @@
+"""Recovering jobs whose worker died: the database row, not the broker, decides.
+
+A live job (starting/running/cancelling) whose heartbeat is older than the stale threshold lost
+its worker: it goes back to the queue to resume from its latest checkpoint while restarts remain
+(spec.max_restarts), else it fails saying why; a lost `cancelling` job is simply cancelled. A
+queued job a worker was holding (waiting for GPUs; heartbeat set) whose holder went silent is
+dispatched again — with the embedded transport a consumed message is gone once its worker dies.
+Every worker runs this on start and every so often; the conditional UPDATE makes concurrent
+recoverers harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime, timedelta, timezone
+
+from sqlalchemy import select, update
+from sqlmodel import Session
+
+from api.db import get_engine
+from api.job_state import transition
+from api.settings import Settings
+from api.tables import Job, JobStatus
+from trainer.spec import JobSpec
+from worker import config, dispatch
+
+log = logging.getLogger("rankzero.worker")
+S = JobStatus
+
+
+def _aware(ts: datetime | None) -> datetime | None:
+    if ts is not None and ts.tzinfo is None:
+        return ts.replace(tzinfo=timezone.utc)  # SQLite hands back naive UTC
+    return ts
+
+
+def recover_once(settings: Settings) -> list[int]:
+    """One sweep; returns the ids of jobs it requeued, failed, cancelled or re-dispatched."""
+    engine = get_engine(settings.resolved_database_url)
+    cutoff = datetime.now(timezone.utc) - timedelta(seconds=config.stale_after_s(settings.heartbeat_s))
+    touched: list[int] = []
+    with Session(engine) as s:
+        rows = s.execute(select(Job.id, Job.status, Job.heartbeat_at, Job.attempt, Job.spec).where(
+            Job.status.in_([S.starting, S.running, S.cancelling, S.queued]))).all()  # type: ignore[attr-defined]
+    for job_id, status, beat, attempt, spec in rows:
+        beat = _aware(beat)
+        if beat is None or beat > cutoff:
+            continue
+        status = JobStatus(status)
+        since = f"no heartbeat since {beat.isoformat(timespec='seconds')}"
+        with Session(engine) as s:
+            if status == S.queued:
+                won = s.execute(update(Job).where(Job.id == job_id, Job.status == S.queued, Job.heartbeat_at == beat)
+                                .values(heartbeat_at=None)).rowcount == 1  # type: ignore[arg-type]
+                s.commit()
+                if won:
+                    dispatch.enqueue(job_id, settings)
+                    touched.append(job_id)
+                continue
+            if status == S.cancelling:
+                won = transition(s, job_id, S.cancelled, expect=S.cancelling, detail=f"worker lost while cancelling ({since})", pid=None)
+            else:
+                try:
+                    restarts = JobSpec.model_validate(spec).max_restarts
+                except ValueError:
+                    restarts = 0
+                if attempt <= restarts:
+                    won = transition(s, job_id, S.queued, expect=status, detail=f"worker lost ({since}); resuming from the latest checkpoint",
+                                     pid=None, heartbeat_at=None)  # fmt: skip
+                else:
+                    msg = (f"worker {since} (host or worker died); the job was not restarted because max_restarts is {restarts}: "
+                           "resubmit with resume_from set to its latest checkpoint, or set max_restarts")  # fmt: skip
+                    won = transition(s, job_id, S.failed, expect=status, detail="worker lost", error=msg, pid=None)
+            s.commit()
+        if won:
+            touched.append(job_id)
+            log.warning("job %s: recovered (%s, was %s)", job_id, since, status.value)
+            if status in (S.starting, S.running) and attempt <= restarts:
+                dispatch.enqueue(job_id, settings)
+    return touched
+
+
+def start_recovery_thread(settings: Settings, stop: threading.Event) -> threading.Thread:
+    """Sweep now and then every stale-threshold/2 until `stop` is set (a daemon thread of the worker)."""
+    interval = max(1.0, config.stale_after_s(settings.heartbeat_s) / 2)
+
+    def loop() -> None:
+        while not stop.is_set():
+            try:
+                recover_once(settings)
+            except Exception:  # the database may be restarting; the next sweep tries again
+                log.exception("recovery sweep failed; retrying in %.0f s", interval)
+            stop.wait(interval)
+
+    thread = threading.Thread(target=loop, name="rankzero-recovery", daemon=True)
+    thread.start()
+    return thread
