@@ -130,9 +130,8 @@ def login(
     if not _same_origin(request):
         raise HTTPException(status.HTTP_403_FORBIDDEN, "cross-site sign-in refused")
     if not token or not token_matches(token.strip(), settings.token()):
-        response = _page(request, "login.html", "", next=_safe_next(next), error="That token is not this server's API token.")
-        response.status_code = status.HTTP_401_UNAUTHORIZED
-        return response
+        # 200, not 401: the form is re-rendered with its message, and the browser console stays clean.
+        return _page(request, "login.html", "", next=_safe_next(next), error="That token is not this server's API token.")
     response = RedirectResponse(_safe_next(next), status_code=status.HTTP_303_SEE_OTHER)
     issue_session(response, settings, secure=request.url.scheme == "https")
     return response
