@@ -37,7 +37,7 @@ def main() -> int:
     args = spec["model"]["args"]
     if args.get("pid_dir"):
         Path(args["pid_dir"]).mkdir(parents=True, exist_ok=True)
-        (Path(args["pid_dir"]) / f"{os.getpid()}").write_text(str(rank))
+        (Path(args["pid_dir"]) / f"{os.getpid()}").write_text(f"{rank} {os.environ.get('CUDA_VISIBLE_DEVICES', '-')} {time.time()}")
     signal.signal(signal.SIGTERM, on_term)
     events = run / "events.jsonl"
     seq = 0

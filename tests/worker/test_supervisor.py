@@ -1,0 +1,154 @@
+"""Supervisor behaviour with real Celery workers and torchrun, using the torch-free stand-in trainer."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from wk_helpers import ROOT, fake_spec
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_cancel_running_job_leaves_no_process(service, workers, tmp_path):  # noqa: ANN001
+    settings, client = service(cancel_grace_s=3.0)
+    workers.start(settings)
+    pid_dir = tmp_path / "pids"
+    job = client.submit(fake_spec(max_steps=100000, args={"step_s": 0.1, "pid_dir": str(pid_dir)}, nproc=2))
+    running = client.wait(job["id"], lambda j: j["status"] == "running" and j["step"] >= 2, 60, "running")
+    torchrun_pid = running.get("pid")
+    rank_pids = [int(p.name) for p in pid_dir.iterdir()]
+    assert len(rank_pids) == 2
+    t0 = time.monotonic()
+    assert client.http.post(f"/jobs/{job['id']}/cancel").status_code == 202
+    done = client.wait_terminal(job["id"], timeout=10)
+    assert done["status"] == "cancelled" and time.monotonic() - t0 < 10
+    left = [p for p in rank_pids + ([torchrun_pid] if torchrun_pid else []) if _alive(p)]
+    assert not left, f"processes left after cancel: {left}"
+    # The trainer checkpointed on SIGTERM and that checkpoint was ingested.
+    run = Path(settings.resolved_runs_dir) / f"job_{job['id']}"
+    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+    assert events[-1]["type"] == "stopped"
+
+
+def test_cancelled_queued_job_never_starts(service, workers):  # noqa: ANN001
+    settings, client = service()
+    job = client.submit(fake_spec())
+    assert client.http.post(f"/jobs/{job['id']}/cancel").status_code == 202
+    workers.start(settings)
+    probe = client.submit(fake_spec("probe", max_steps=2))
+    assert client.wait_terminal(probe["id"], 60)["status"] == "succeeded"
+    job = client.job(job["id"])
+    assert job["status"] == "cancelled" and job["attempt"] == 0
+    assert not (Path(settings.resolved_runs_dir) / f"job_{job['id']}").exists()
+
+
+def test_same_message_twice_runs_once(service, workers):  # noqa: ANN001
+    from worker.dispatch import enqueue
+
+    settings, client = service()
+    workers.start(settings, pool="prefork", concurrency=2)
+    job = client.submit(fake_spec(max_steps=30))
+    enqueue(job["id"], settings)  # the same message again, e.g. a redelivery after visibility_timeout
+    enqueue(job["id"], settings)
+    done = client.wait_terminal(job["id"], 60)
+    assert done["status"] == "succeeded" and done["attempt"] == 1
+    run = Path(settings.resolved_runs_dir) / f"job_{job['id']}"
+    started = [e for e in map(json.loads, (run / "events.jsonl").read_text().splitlines()) if e["type"] == "started"]
+    assert len(started) == 1
+    assert [p.name for p in (run / "logs").iterdir() if p.is_dir()] == ["attempt_1"]
+    time.sleep(1.0)  # give the duplicate deliveries time to be consumed
+    assert "nothing to do" in workers.log(0)
+
+
+def test_failed_rank_is_named_with_traceback(service, workers):  # noqa: ANN001
+    settings, client = service()
+    workers.start(settings)
+    job = client.submit(fake_spec(nproc=2, args={"fail_rank": 1, "fail_at_step": 3}))
+    done = client.wait_terminal(job["id"], 60)
+    assert done["status"] == "failed"
+    assert done["failed_rank"] == 1
+    assert done["exit_code"] not in (None, 0)
+    assert "boom at step 3" in done["error"] and "Traceback" in done["error"]
+
+
+def test_restart_from_checkpoint_within_max_restarts(service, workers):  # noqa: ANN001
+    settings, client = service()
+    workers.start(settings)
+    # Fails at step 12 on attempt 1 (checkpoint at 10); attempt 2 resumes at 10 and also fails
+    # at 12, so with max_restarts 1 the job ends failed at attempt 2 with no duplicate points.
+    job = client.submit(fake_spec(max_restarts=1, args={"fail_rank": 0, "fail_at_step": 12}))
+    done = client.wait_terminal(job["id"], 90)
+    assert done["status"] == "failed" and done["attempt"] == 2
+    steps = [p["step"] for p in client.http.get(f"/jobs/{job['id']}/metrics", params={"name": "train/loss"}).json()["series"][0]["points"]]
+    assert steps == list(range(1, 12))
+
+
+def test_gpu_jobs_share_fake_gpus_in_order(service, workers, tmp_path):  # noqa: ANN001
+    settings, client = service(gpus="0,1,2")
+    workers.start(settings, pool="prefork", concurrency=3)
+    pids = {n: tmp_path / f"pids_{n}" for n in "abc"}
+    a = client.submit(fake_spec("a", nproc=2, device="cuda", max_steps=25, args={"step_s": 0.05, "pid_dir": str(pids["a"])}))
+    b = client.submit(fake_spec("b", nproc=2, device="cuda", max_steps=5, args={"pid_dir": str(pids["b"])}))
+    c = client.submit(fake_spec("c", nproc=1, device="cuda", max_steps=5, args={"pid_dir": str(pids["c"])}))
+    r = client.http.post("/jobs", json=fake_spec("too-big", nproc=4, device="cuda"))
+    assert r.status_code == 422 and "largest worker has 3" in r.text
+    done = {n: client.wait_terminal(j["id"], 90) for n, j in zip("abc", (a, b, c), strict=True)}
+    assert all(j["status"] == "succeeded" for j in done.values()), done
+
+    def seen(n: str) -> set[str]:
+        return {g for p in pids[n].iterdir() for g in p.read_text().split()[1].split(",")}
+
+    ga, gb, gc = seen("a"), seen("b"), seen("c")
+    assert len(ga) == 2 and len(gb) == 2 and len(gc) == 1 and ga | gb | gc <= {"0", "1", "2"}
+    # a and b need 2 of 3 GPUs each: they never ran at the same time.
+    a_, b_ = done["a"], done["b"]
+    assert a_["finished_at"] <= b_["started_at"] or b_["finished_at"] <= a_["started_at"], (a_, b_)
+
+
+def test_gpu_waiters_are_served_in_job_order(api_settings):  # noqa: ANN001
+    import threading
+
+    from worker import gpus
+
+    settings = api_settings(gpus="0,1,2")
+    held = gpus.acquire(settings, 1, 2, keep_waiting=lambda: True)
+    order: list[int] = []
+    leases = []
+
+    def want(job_id: int, n: int) -> None:
+        lease = gpus.acquire(settings, job_id, n, keep_waiting=lambda: True, poll_s=0.02)
+        order.append(job_id)
+        leases.append(lease)
+
+    t5 = threading.Thread(target=want, args=(5, 2))
+    t5.start()
+    time.sleep(0.3)
+    t6 = threading.Thread(target=want, args=(6, 1))  # one GPU is free, but job 5 waits ahead of it
+    t6.start()
+    time.sleep(0.3)
+    assert order == []
+    held.release()
+    t5.join(5)
+    t6.join(5)
+    assert order == [5, 6]
+    assert len({g for lease in leases for g in lease.gpus}) == 3
+    for lease in leases:
+        lease.release()
+
+
+def test_worker_does_not_import_torch():
+    code = "import sys, worker.tasks, worker.supervise, worker.lifecycle, worker.recover, worker.dispatch, cli.main; " \
+           "assert 'torch' not in sys.modules, 'torch imported'"  # fmt: skip
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
