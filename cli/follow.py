@@ -1,0 +1,45 @@
+"""`rankzero submit --follow`: a live progress bar with the latest loss and the ETA, until the job ends."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+from cli.client import Api
+
+TERMINAL = {"succeeded", "failed", "cancelled"}
+
+
+def _eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "--:--"
+    s = int(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def follow(api: Api, job_id: int, console: Console, poll_s: float = 0.5) -> dict[str, Any]:
+    """Poll the job until it is terminal, drawing step / total, loss and ETA; return the final job."""
+    columns = (
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
+        TextColumn("loss [cyan]{task.fields[loss]}"), TextColumn("ETA {task.fields[eta]}"),
+        TextColumn("[dim]{task.fields[status]}"), TimeElapsedColumn(),
+    )  # fmt: skip
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task(f"job {job_id}", total=None, loss="-", eta="--:--", status="queued")
+        while True:
+            job = api.get(f"/jobs/{job_id}")
+            loss = job.get("latest_loss")
+            progress.update(
+                task,
+                total=job.get("total_steps") or None,
+                completed=job.get("step") or 0,
+                loss=f"{loss:.4f}" if isinstance(loss, (int, float)) else "-",
+                eta=_eta(job.get("eta_s")),
+                status=job["status"],
+            )
+            if job["status"] in TERMINAL:
+                return job
+            time.sleep(poll_s)

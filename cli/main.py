@@ -1,0 +1,278 @@
+"""The `rankzero` command: run the service (up, api, worker) and talk to it over REST.
+
+Server URL and token: --url / --token, else RANKZERO_URL / RANKZERO_API_TOKEN, else the local
+settings (http://127.0.0.1:8000 and the token kept in RANKZERO_DATA_DIR).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from api.settings import Settings
+from cli.client import Api, CliError, default_url
+
+app = typer.Typer(help="rankzero: PyTorch training jobs (torchrun DDP / gradient accumulation) behind a REST API.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)  # fmt: skip
+console = Console()
+err = Console(stderr=True)
+
+UrlOpt = Annotated[str | None, typer.Option("--url", envvar="RANKZERO_URL", help="API base URL (default: the local settings).")]
+TokenOpt = Annotated[str | None, typer.Option("--token", envvar="RANKZERO_API_TOKEN", help="API token (default: the local one).", show_default=False)]
+
+
+def _api(url: str | None, token: str | None) -> Api:
+    settings = Settings()
+    return Api(url or default_url(settings), token or settings.token())
+
+
+def _fail(message: str, code: int = 1) -> None:
+    err.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(code)
+
+
+def _run(fn: Any) -> Any:
+    try:
+        return fn()
+    except CliError as exc:
+        _fail(str(exc))
+
+
+# --- running the service ---------------------------------------------------------------------
+
+@app.command()
+def up(
+    port: Annotated[int | None, typer.Option(help="API port (default RANKZERO_PORT or 8000).")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Jobs the worker runs at once (default: its GPU count, at least 1).")] = None,
+) -> None:
+    """API + worker on this machine: SQLite and an embedded broker under RANKZERO_DATA_DIR, bound to 127.0.0.1."""
+    from api.migrate import upgrade
+    from api.server import serve
+    from cli.serve import start_worker_process, stop_process
+
+    settings = Settings(**({"port": port} if port else {}))
+    settings = settings.model_copy(update={"host": "127.0.0.1"})  # `up` is the local default; `rankzero api` binds elsewhere
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    upgrade(settings.resolved_database_url)
+    token = settings.token()
+    worker = start_worker_process(settings, concurrency, settings.data_dir / "worker.log")
+    url = default_url(settings)
+    console.print(f"[bold green]rankzero[/] is up at [link={url}]{url}[/link]  (dashboard: {url}/, API docs: {url}/docs)")
+    console.print(f"API token: [bold]{token}[/]   (export RANKZERO_API_TOKEN={token})")
+    console.print(f"data: {settings.data_dir}   worker log: {settings.data_dir / 'worker.log'}   Ctrl-C stops both")
+    try:
+        serve(settings)
+    finally:
+        console.print("stopping the worker (running jobs checkpoint and go back to the queue)…")
+        stop_process(worker)
+
+
+@app.command()
+def api(
+    host: Annotated[str | None, typer.Option(help="Bind address (default RANKZERO_HOST or 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default RANKZERO_PORT or 8000).")] = None,
+) -> None:
+    """Run only the API (uvicorn). A non-loopback --host needs RANKZERO_API_TOKEN."""
+    from api.server import UnsafeBind, serve
+
+    overrides: dict[str, Any] = {}
+    if host:
+        overrides["host"] = host
+    if port:
+        overrides["port"] = port
+    settings = Settings(**overrides)
+    try:
+        serve(settings)
+    except UnsafeBind as exc:
+        _fail(str(exc), code=2)
+
+
+@app.command()
+def worker(
+    concurrency: Annotated[int | None, typer.Option(help="Jobs at once (default: the GPU count, at least 1).")] = None,
+    pool: Annotated[str, typer.Option(help="Celery pool: prefork (default) or solo.")] = "prefork",
+    loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "info",
+) -> None:
+    """Run only a worker (Celery), using RANKZERO_BROKER_URL / RANKZERO_DATABASE_URL when set."""
+    from cli.serve import run_worker
+
+    run_worker(Settings(), concurrency, pool, loglevel)
+
+
+# --- talking to it ---------------------------------------------------------------------------
+
+def _load_spec(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        _fail(f"cannot read {path}: {exc}")
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        _fail(f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}")
+    if not isinstance(data, dict):
+        _fail(f"{path} must hold one job spec (a mapping); see `rankzero schema`")
+    return data
+
+
+@app.command()
+def submit(
+    spec: Annotated[Path, typer.Argument(help="Job spec, YAML or JSON (see `rankzero schema`).")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Show a progress bar with live loss and ETA until the job ends.")] = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Submit a job."""
+    client = _api(url, token)
+    job = _run(lambda: client.post("/jobs", json=_load_spec(spec)))
+    console.print(f"job [bold]{job['id']}[/] queued: {job['name']} ({job['strategy']}, global batch {job['global_batch_size']})")
+    if follow:
+        from cli.follow import follow as follow_job
+
+        final = _run(lambda: follow_job(client, job["id"], console))
+        _print_outcome(final)
+        if final["status"] != "succeeded":
+            raise typer.Exit(1)
+
+
+def _print_outcome(job: dict[str, Any]) -> None:
+    colour = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}.get(job["status"], "white")
+    console.print(f"job {job['id']}: [{colour}]{job['status']}[/] at step {job['step']}"
+                  + (f", loss {job['latest_loss']:.4f}" if job.get("latest_loss") is not None else ""))  # fmt: skip
+    if job.get("error"):
+        console.print(f"[red]{job['error']}[/]")
+
+
+@app.command()
+def jobs(
+    status: Annotated[str | None, typer.Option(help="Only jobs in this state.")] = None,
+    name: Annotated[str | None, typer.Option(help="Only jobs with this name.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many.")] = 50,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """List jobs, newest first."""
+    page = _run(lambda: _api(url, token).get("/jobs", status=status, name=name, limit=limit))
+    table = Table("id", "name", "status", "strategy", "step", "loss", "attempt", "created")
+    for j in page["items"]:
+        step = f"{j['step']}/{j['total_steps']}" if j.get("total_steps") else str(j["step"])
+        loss = f"{j['latest_loss']:.4f}" if j.get("latest_loss") is not None else ""
+        table.add_row(str(j["id"]), j["name"], j["status"], j["strategy"], step, loss, str(j["attempt"]), j["created_at"][:19])
+    console.print(table)
+    console.print(f"{len(page['items'])} of {page['total']}")
+
+
+@app.command()
+def show(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """A job's details and timeline."""
+    job = _run(lambda: _api(url, token).get(f"/jobs/{job_id}"))
+    table = Table(show_header=False)
+    for key in ("id", "name", "status", "strategy", "global_batch_size", "attempt", "worker_host", "step", "total_steps",
+                "epoch", "samples", "samples_per_s", "eta_s", "latest_loss", "created_at", "started_at", "finished_at",
+                "failed_rank", "exit_code"):  # fmt: skip
+        if job.get(key) is not None:
+            table.add_row(key, str(job[key]))
+    console.print(table)
+    if job.get("error"):
+        console.print(f"[red]{job['error']}[/]")
+    timeline = Table("at", "status", "attempt", "detail", title="timeline")
+    for t in job.get("transitions", []):
+        timeline.add_row(t["at"][:23], t["status"], str(t["attempt"]), t.get("detail") or "")
+    console.print(timeline)
+
+
+@app.command()
+def logs(
+    job_id: int,
+    rank: Annotated[int, typer.Option(help="Rank whose log to show.")] = 0,
+    stream: Annotated[str, typer.Option(help="stderr or stdout.")] = "stderr",
+    tail: Annotated[int | None, typer.Option(help="Only the last N bytes.")] = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new output until the job ends.")] = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """A rank's stdout/stderr."""
+    client = _api(url, token)
+    chunk = _run(lambda: client.get(f"/jobs/{job_id}/logs", rank=rank, stream=stream, tail=tail))
+    console.out(chunk["text"], end="", highlight=False)
+    offset = chunk["next_offset"]
+    while follow:
+        chunk = _run(lambda o=offset: client.get(f"/jobs/{job_id}/logs", rank=rank, stream=stream, offset=o))
+        if chunk["text"]:
+            console.out(chunk["text"], end="", highlight=False)
+        offset = chunk["next_offset"]
+        if not chunk["text"]:
+            if _run(lambda: client.get(f"/jobs/{job_id}"))["status"] in ("succeeded", "failed", "cancelled"):
+                break
+            time.sleep(1.0)
+
+
+@app.command()
+def cancel(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Cancel a job (a running one checkpoints and stops within the grace period)."""
+    job = _run(lambda: _api(url, token).post(f"/jobs/{job_id}/cancel"))
+    console.print(f"job {job_id}: {job['status']}")
+
+
+@app.command()
+def checkpoints(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """A job's checkpoints."""
+    rows = _run(lambda: _api(url, token).get(f"/jobs/{job_id}/checkpoints"))
+    table = Table("id", "step", "epoch", "bytes", "sha256", "path")
+    for c in rows:
+        table.add_row(str(c["id"]), str(c["step"]), str(c.get("epoch")), str(c["bytes"]), c["sha256"][:16] + "…", c["path"])
+    console.print(table)
+
+
+@app.command()
+def download(
+    job_id: int,
+    step: Annotated[int | None, typer.Option(help="Checkpoint step (default: the latest).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="File to write (default: the checkpoint's name).")] = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Download a job's checkpoint and verify its sha256."""
+    client = _api(url, token)
+    rows = _run(lambda: client.get(f"/jobs/{job_id}/checkpoints"))
+    if step is not None:
+        rows = [c for c in rows if c["step"] == step]
+    if not rows:
+        _fail(f"job {job_id} has no checkpoint{f' at step {step}' if step is not None else ''}: see `rankzero checkpoints {job_id}`")
+    ckpt = max(rows, key=lambda c: c["step"])
+    target = out or Path(Path(ckpt["path"]).name)
+    digest = hashlib.sha256()
+    tmp = target.with_name(target.name + ".part")
+
+    def fetch() -> None:
+        with client.stream(f"/checkpoints/{ckpt['id']}/download") as r, open(tmp, "wb") as fh:
+            for block in r.iter_bytes(1 << 20):
+                digest.update(block)
+                fh.write(block)
+
+    _run(fetch)
+    if digest.hexdigest() != ckpt["sha256"]:
+        tmp.unlink(missing_ok=True)
+        _fail(f"sha256 mismatch for checkpoint {ckpt['id']}: got {digest.hexdigest()}, expected {ckpt['sha256']}; try again")
+    tmp.replace(target)
+    console.print(f"{target}  step {ckpt['step']}  {ckpt['bytes']} bytes  sha256 {ckpt['sha256']} ✓")
+
+
+@app.command()
+def schema() -> None:
+    """Print the job spec's JSON Schema."""
+    from trainer.spec import json_schema
+
+    console.out(json.dumps(json_schema(), indent=2), highlight=False)
+
+
+if __name__ == "__main__":
+    app()

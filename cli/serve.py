@@ -1,0 +1,70 @@
+"""Running the service's processes: `rankzero up` (API + worker, embedded), `api`, `worker`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from api.settings import Settings
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """Environment that gives a child process the same settings (token included)."""
+    env = dict(os.environ)
+    env.update({
+        "RANKZERO_DATA_DIR": str(settings.data_dir),
+        "RANKZERO_RUNS_DIR": str(settings.resolved_runs_dir),
+        "RANKZERO_DATABASE_URL": settings.resolved_database_url,
+        "RANKZERO_BROKER_URL": settings.resolved_broker_url,
+        "RANKZERO_API_TOKEN": settings.token(),
+    })  # fmt: skip
+    if settings.gpus is not None:
+        env["RANKZERO_GPUS"] = settings.gpus
+    return env
+
+
+def default_concurrency(settings: Settings) -> int:
+    from worker.gpus import host_gpus
+
+    return max(1, len(host_gpus(settings)))
+
+
+def worker_argv(concurrency: int, pool: str, loglevel: str = "info") -> list[str]:
+    return ["worker", f"--pool={pool}", f"--concurrency={concurrency}", f"--loglevel={loglevel}",
+            "--without-gossip", "--without-mingle"]  # fmt: skip
+
+
+def run_worker(settings: Settings, concurrency: int | None, pool: str, loglevel: str = "info") -> None:
+    """Migrate, then run a Celery worker in this process until it is stopped."""
+    from worker.celery_app import make_celery
+    from worker.lifecycle import prepare
+
+    prepare(settings)
+    app = make_celery(settings)
+    app.worker_main(worker_argv(concurrency or default_concurrency(settings), pool, loglevel))
+
+
+def start_worker_process(settings: Settings, concurrency: int | None, log_path: Path) -> subprocess.Popen[bytes]:
+    """`rankzero worker` as a child in its own process group (for `rankzero up`)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "cli.main", "worker", "--concurrency", str(concurrency or default_concurrency(settings))]
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(cmd, env=settings_env(settings), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                cwd=Path(__file__).resolve().parent.parent)  # fmt: skip
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    """SIGTERM the worker itself (a warm shutdown: its jobs checkpoint and go back to the queue; its
+    pool children must not get the signal, they are the supervisors), then SIGKILL the group."""
+    if proc.poll() is None:
+        try:
+            os.kill(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        except ProcessLookupError:
+            pass
