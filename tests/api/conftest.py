@@ -11,6 +11,7 @@ from sqlmodel import Session
 
 from api.app import create_app
 from api.db import get_engine
+from api.migrate import upgrade
 from api.settings import Settings
 from api.tables import Job, JobStatus, JobTransition
 
@@ -34,6 +35,7 @@ def anon_client(settings: Settings) -> Iterator[TestClient]:
 
 @pytest.fixture
 def db(settings: Settings) -> Iterator[Session]:
+    upgrade(settings.resolved_database_url)  # tests that use rows without a client still need the schema
     with Session(get_engine(settings.resolved_database_url)) as s:
         yield s
 

@@ -72,3 +72,40 @@ def test_non_finite_values_and_bad_params(client: TestClient, make_job, db: Sess
     assert client.get(f"/api/jobs/{job.id}/metrics", params={"max_points": 10**12}).status_code == 422
     assert client.get(f"/api/jobs/{job.id}/metrics", params={"start_step": 5, "end_step": 1}).status_code == 422
     assert client.get("/api/jobs/424242/metrics").status_code == 404
+
+
+def test_concurrent_refreshes_while_ingesting_count_every_point_once(make_job, db: Session, settings) -> None:  # noqa: ANN001
+    import threading
+
+    from sqlalchemy import text
+
+    from api import metric_rollup
+    from api.db import get_engine
+
+    job_id = make_job().id  # plain int: the threads must not touch the test session's objects
+    url = settings.resolved_database_url
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def refresher() -> None:
+        with Session(get_engine(url)) as s:
+            while not stop.is_set():
+                try:
+                    metric_rollup.refresh(s, job_id)
+                except BaseException as exc:  # noqa: BLE001
+                    errors.append(exc)
+                    return
+
+    threads = [threading.Thread(target=refresher) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for batch in range(20):  # the ingester: batches committed in seq order
+        _insert(db, job_id, [(batch * 500 + i, "m", batch * 500 + i, float(i)) for i in range(500)])
+    stop.set()
+    for t in threads:
+        t.join(timeout=30)
+    assert errors == []
+    metric_rollup.refresh(db, job_id)
+    for width in metric_rollup.WIDTHS:
+        n = db.execute(text("SELECT sum(n) FROM metric_rollups WHERE job_id = :j AND width = :w"), {"j": job_id, "w": width}).scalar()
+        assert n == 10_000, width
