@@ -56,3 +56,8 @@ class RunDir:
         """torchrun's per-rank error files (written by @record), newest last."""
         base = self.attempt_logs(attempt) if attempt is not None else self.logs
         return sorted(base.glob("**/error.json"), key=lambda p: p.stat().st_mtime)
+
+
+def failure_note(root: Path, rank: int) -> Path:
+    """Where rank `rank` notes its own error, so rank 0's `failed` event can name the rank that failed first."""
+    return Path(root) / "failures" / f"rank_{int(rank)}.json"

@@ -1,0 +1,1 @@
+"""Data: the global-batch layout (which sample goes where), the data sets, and the loaders."""

@@ -1,0 +1,71 @@
+"""Turning an exception into something a person can act on: a per-rank note and rank 0's `failed` event.
+
+Only rank 0 writes events.jsonl, but the rank that fails first is often another one (rank 0 then
+sees a closed connection). So every failing rank first writes a small note naming itself; rank 0
+waits briefly for notes and reports the earliest, i.e. the root cause rather than its echo.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+from pathlib import Path
+
+from trainer.events import EventLog
+from trainer.run_dir import failure_note
+
+TRACEBACK_LINES = 30
+NOTE_WAIT_S = 2.0
+
+
+def traceback_tail(exc: BaseException) -> str:
+    lines = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).splitlines()
+    return "\n".join(lines[-TRACEBACK_LINES:])
+
+
+def write_note(root: Path, rank: int, exc: BaseException) -> dict:
+    note = {
+        "rank": getattr(exc, "rank", rank),  # a NonFiniteLoss names the rank whose loss blew up
+        "reporting_rank": rank,
+        "time": time.time(),
+        "error": f"{type(exc).__name__}: {exc}",
+        "traceback": traceback_tail(exc),
+    }
+    path = failure_note(root, rank)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(note))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # the note is a courtesy; never mask the real error
+    return note
+
+
+def _earliest_note(root: Path, own: dict, world_size: int, since: float) -> dict:
+    deadline = time.monotonic() + (NOTE_WAIT_S if world_size > 1 else 0.0)
+    notes = [own]
+    while True:
+        notes = [own]
+        for r in range(1, world_size):
+            try:
+                note = json.loads(failure_note(root, r).read_text())
+            except (OSError, ValueError):
+                continue
+            if note.get("time", 0) >= since:  # ignore notes an earlier attempt left behind
+                notes.append(note)
+        if len(notes) == world_size or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    return min(notes, key=lambda n: n["time"])
+
+
+def report_failure(root: Path, rank: int, world_size: int, exc: BaseException, events: EventLog, since: float) -> None:
+    """Write this rank's note; on rank 0 also the `failed` event (the earliest failing rank's error)."""
+    own = write_note(root, rank, exc)
+    if rank != 0:
+        return
+    first = _earliest_note(root, own, world_size, since)
+    events.emit("failed", error=first["error"], rank=first["rank"], traceback=first["traceback"])

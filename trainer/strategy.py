@@ -1,0 +1,106 @@
+"""How gradients are shared, chosen from the spec's knobs (nproc, accumulation_steps, sync).
+
+* one process: the bare module (accumulation just sums micro-batch gradients);
+* sync 'ddp', nproc > 1: DistributedDataParallel; on all micro-steps but the last, `no_sync()` skips
+  the gradient all-reduce (the buckets are reduced once, after the last micro-batch's backward);
+* sync 'manual': no wrapper — parameters are broadcast from rank 0 and checked identical at start,
+  then the gradients are all-reduced (one flat buffer) and averaged once per optimizer step;
+* sync 'dataparallel': nn.DataParallel over every visible GPU in one process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from trainer.dist import DistContext
+from trainer.spec import JobSpec
+
+
+class Strategy:
+    """Holds the wrapped model (what the loss calls) and the unwrapped one (what checkpoints hold)."""
+
+    name = "single"
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+        self.model: nn.Module = module
+
+    def micro_step(self, last: bool) -> contextlib.AbstractContextManager:
+        """Context for one micro-batch's forward and backward; `last` is the optimizer step's last one."""
+        return contextlib.nullcontext()
+
+    def sync_gradients(self) -> None:
+        """Called once per optimizer step, after the last backward, before unscale/clip/step."""
+
+
+class DDPStrategy(Strategy):
+    name = "ddp"
+
+    def __init__(self, module: nn.Module, ctx: DistContext) -> None:
+        super().__init__(module)
+        device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+        self.model = DDP(module, device_ids=device_ids)
+
+    def micro_step(self, last: bool) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext() if last else self.model.no_sync()
+
+
+class ManualStrategy(Strategy):
+    name = "manual"
+
+    def __init__(self, module: nn.Module, ctx: DistContext) -> None:
+        super().__init__(module)
+        self.world_size = ctx.world_size
+        tensors = list(module.state_dict().values())
+        for t in tensors:
+            dist.broadcast(t, src=0)
+        check_identical(tensors)
+        self.params = [p for p in module.parameters() if p.requires_grad]
+
+    def sync_gradients(self) -> None:
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        flat = torch.cat([g.reshape(-1) for g in grads])  # one collective instead of one per tensor
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        flat /= self.world_size
+        offset = 0
+        for p, g in zip(self.params, grads, strict=True):
+            n = g.numel()
+            p.grad = flat[offset : offset + n].view_as(p)
+            offset += n
+
+
+def check_identical(tensors: list[torch.Tensor]) -> None:
+    """Raise unless every rank holds exactly the same values (elementwise max == min across ranks)."""
+    floats = [t.detach().reshape(-1).double() for t in tensors if t.numel()]
+    if not floats:
+        return
+    flat = torch.cat(floats)
+    hi, lo = flat.clone(), flat.clone()
+    dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+    dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+    if not torch.equal(hi, lo):
+        raise RuntimeError("sync 'manual': parameters differ across ranks after the broadcast from rank 0")
+
+
+class DataParallelStrategy(Strategy):
+    name = "dataparallel"
+
+    def __init__(self, module: nn.Module, ctx: DistContext) -> None:
+        super().__init__(module)
+        self.model = nn.DataParallel(module, device_ids=list(range(torch.cuda.device_count())), output_device=ctx.device)
+
+
+def build_strategy(spec: JobSpec, module: nn.Module, ctx: DistContext) -> Strategy:
+    if spec.sync == "dataparallel":
+        return DataParallelStrategy(module, ctx)
+    if ctx.world_size == 1:
+        return Strategy(module)
+    if spec.sync == "manual":
+        return ManualStrategy(module, ctx)
+    if spec.sync_batchnorm:
+        module = nn.SyncBatchNorm.convert_sync_batchnorm(module)
+    return DDPStrategy(module, ctx)
