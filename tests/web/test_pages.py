@@ -72,7 +72,7 @@ def test_failed_job_shows_error_and_rank_at_the_top(page, service, db) -> None: 
 
 
 def test_jobs_list_filters_pages_and_compare(page, service, db) -> None:  # noqa: ANN001
-    a = seed_job(db, "cmp-single", "succeeded", runs_dir=service.runs_dir, total_steps=600, spec={"batch_size": 64})
+    a = seed_job(db, "cmp-single", "succeeded", runs_dir=service.runs_dir, total_steps=600, spec={"batch_size": 32})
     b = seed_job(db, "cmp-ddp2-acc2", "succeeded", runs_dir=service.runs_dir, total_steps=600,
                  spec={"batch_size": 16, "nproc": 2, "accumulation_steps": 2})
     seed_curves(db, a, 600)

@@ -6,6 +6,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "test-output" / "screenshots"
+ALLOWED_HTTP_ERRORS: dict[int, list[tuple[int, str]]] = {}  # id(page) -> [(status, url part)]
+
+
+def allow_http_error(page, status: int, url_part: str) -> None:  # noqa: ANN001
+    """This page is expected to get `status` from a URL containing url_part (not a console error then)."""
+    ALLOWED_HTTP_ERRORS.setdefault(id(page), []).append((status, url_part))
 
 
 def shot(page, name: str) -> Path:  # noqa: ANN001

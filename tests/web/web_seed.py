@@ -32,15 +32,15 @@ def seed_job(db: Session, name: str, status: str = "succeeded", *, runs_dir: Pat
     now = datetime.now(timezone.utc)
     started = now - timedelta(minutes=minutes)
     done = status in ("succeeded", "failed", "cancelled")
-    step = step if step is not None else (total_steps if status == "succeeded" else total_steps // 2)
+    step = step if step is not None else {"succeeded": total_steps, "queued": 0}.get(status, total_steps // 2)
     job = Job(
         name=name, spec=spec_model.model_dump(mode="json"), status=JobStatus(status), attempt=1,
         created_at=started - timedelta(seconds=3), started_at=started if status != "queued" else None,
         finished_at=now if done else None, worker_host="gpu-host-1" if status != "queued" else None,
         step=step if status != "queued" else 0, total_steps=total_steps, epoch=step // 50,
-        samples=step * spec_model.global_batch_size, samples_per_s=1843.2 if status == "running" else 1500.0,
+        samples=step * spec_model.global_batch_size, samples_per_s=1843.2 if status != "queued" else None,
         eta_s=(total_steps - step) / 5.0 if status == "running" else None,
-        latest_loss=0.2 + 2.0 / (1 + step / 100) if step else None,
+        latest_loss=0.2 + 2.0 / (1 + step / 100) if status != "queued" else None,
         error=error, failed_rank=failed_rank, exit_code=exit_code,
     )
     db.add(job)

@@ -82,10 +82,10 @@ function renderProgress(p) {
     ["Duration", fmtDuration(jobDuration(merged))],
   ];
   const dl = $("#job-stats");
-  if (dl.children.length !== stats.length * 2) {
-    dl.replaceChildren(...stats.flatMap(([k]) => [h("dt", {}, k), h("dd")]));
+  if (dl.children.length !== stats.length) {
+    dl.replaceChildren(...stats.map(([k]) => h("div", {}, h("dt", {}, k), h("dd"))));
   }
-  stats.forEach(([, v], i) => setText(dl.children[i * 2 + 1], v));
+  stats.forEach(([, v], i) => setText(dl.children[i].lastElementChild, v));
 }
 
 function renderTimeline(transitions) {
@@ -122,6 +122,7 @@ const reloadJob = debounce(() => loadJob().catch(() => {}), 200);
 async function loadCheckpoints() {
   const rows = await api(`/jobs/${jobId}/checkpoints`);
   $("#checkpoints-empty").hidden = rows.length > 0;
+  $("#checkpoints-table").hidden = rows.length === 0;
   $("#checkpoints-body").replaceChildren(...rows.map((c) => h("tr", { dataset: { checkpointId: c.id } },
     h("td", { class: "num" }, fmtInt(c.step)),
     h("td", { class: "num" }, c.epoch ?? "–"),

@@ -2,7 +2,7 @@
 // (so focus and ticked boxes survive the refresh), ticked jobs go to the compare page.
 import { api, ApiError } from "./api.js";
 import { $, h, setText, debounce } from "./dom.js";
-import { fmtAgo, fmtDuration, fmtNumber, fmtRate, jobDuration, progressFraction, TERMINAL } from "./format.js";
+import { fmtAgo, fmtDuration, fmtNumber, fmtRate, jobDuration, progressFraction } from "./format.js";
 import { progressBar, setProgress } from "./progress.js";
 
 const PAGE_SIZE = 25;
@@ -72,9 +72,10 @@ function updateRow(row, job) {
   setText(c.strategy, job.strategy || "–");
   setProgress(c.bar, progressFraction(job), job.status);
   setText(c.progressText, job.total_steps ? `${job.step ?? 0} / ${job.total_steps}` : (job.step ? `${job.step}` : ""));
-  const live = !TERMINAL.has(job.status);
-  setText(c.rate, live ? fmtRate(job.samples_per_s) : "–");
-  setText(c.eta, live && job.status === "running" ? fmtDuration(job.eta_s) : "–");
+  // Speed and ETA mean something only while ranks are training.
+  const training = job.status === "running";
+  setText(c.rate, training ? fmtRate(job.samples_per_s) : "–");
+  setText(c.eta, training ? fmtDuration(job.eta_s) : "–");
   setText(c.loss, fmtNumber(job.latest_loss));
   setText(c.started, job.started_at ? fmtAgo(job.started_at) : "–");
   c.started.title = job.started_at || "";

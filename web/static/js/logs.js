@@ -18,12 +18,15 @@ export class LogView {
     this.timer = null;
     this.finished = false;
     this.busy = false;
+    this.again = false;
+    this.generation = 0;
     this.rankSelect.addEventListener("change", () => this.restart());
     this.streamSelect.addEventListener("change", () => this.restart());
     this.followBox.addEventListener("change", () => { if (this.followBox.checked) this.poll(); });
   }
 
   restart() {
+    this.generation += 1; // a read still in flight for the old rank/stream is dropped
     this.offset = null;
     this.pre.textContent = "";
     this.poll();
@@ -37,12 +40,14 @@ export class LogView {
 
   async poll() {
     clearTimeout(this.timer);
-    if (this.busy) return;
+    if (this.busy) { this.again = true; return; }
     this.busy = true;
+    const generation = this.generation;
     try {
       const query = { rank: this.rankSelect.value, stream: this.streamSelect.value };
       if (this.offset === null) query.tail = FIRST_TAIL; else query.offset = this.offset;
       const body = await api(`/jobs/${this.jobId}/logs`, { query });
+      if (generation !== this.generation) return;
       this.updateRanks(body.ranks || []);
       if (body.text) this.appendText(body.text);
       this.offset = body.next_offset ?? this.offset;
@@ -56,7 +61,9 @@ export class LogView {
       }
     } finally {
       this.busy = false;
-      if (this.followBox.checked && !this.finished) this.timer = setTimeout(() => this.poll(), POLL_MS);
+      if (this.again) { this.again = false; this.poll(); } else if (this.followBox.checked && !this.finished) {
+        this.timer = setTimeout(() => this.poll(), POLL_MS);
+      }
     }
   }
 
