@@ -77,7 +77,9 @@ class RequestLimitsMiddleware:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        if b"json" in headers.get(b"content-type", b"") and json_depth(body) > self.max_json_depth:
+        content_type = headers.get(b"content-type")
+        # No content type may still be parsed as JSON by some route; check it too.
+        if (content_type is None or b"json" in content_type) and json_depth(body) > self.max_json_depth:
             await _reply(send, 400, f"JSON nests deeper than {self.max_json_depth} levels; flatten it")
             return
 

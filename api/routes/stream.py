@@ -55,8 +55,11 @@ class _Cursor:
             if job is None:
                 return [ServerSentEvent(json.dumps({"detail": "job deleted"}), event="end")], True
             public = JobPublic.from_row(job)
-            if public.status.value != self.status:
-                self.status = public.status.value
+            # "status" carries the whole JobPublic: send it again when anything but progress changes.
+            key = json.dumps([public.status.value, public.attempt, public.worker_host, public.error, public.exit_code,
+                              public.failed_rank, str(public.started_at), str(public.finished_at)])
+            if key != self.status:
+                self.status = key
                 events.append(ServerSentEvent(public.model_dump_json(), event="status"))
             progress = _progress(job)
             if progress != self.progress:

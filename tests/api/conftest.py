@@ -63,3 +63,15 @@ def make_job(db: Session) -> Callable[..., Job]:
 def spec() -> dict[str, Any]:
     """A valid JobSpec body (a fresh copy per test)."""
     return {**SPEC}
+
+
+@pytest.fixture
+def make_job_sqlite(api_settings: Callable[..., Settings], sqlite_url: str) -> tuple[Settings, int]:
+    """Settings on a migrated SQLite file holding one running job; returns (settings, job id)."""
+    settings = api_settings(database_url=sqlite_url)
+    upgrade(sqlite_url)
+    with Session(get_engine(sqlite_url)) as s:
+        job = Job(name="contended", spec={**SPEC, "name": "contended"}, status=JobStatus.running)
+        s.add(job)
+        s.commit()
+        return settings, job.id
