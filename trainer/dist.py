@@ -60,6 +60,8 @@ def setup(spec: JobSpec) -> DistContext:
                 f"(found {torch.cuda.device_count() if torch.cuda.is_available() else 0}); "
                 "use sync 'ddp' (with nproc = GPU count) or a single process instead"
             )
+    if spec.sync_batchnorm and device.type != "cuda":
+        raise ValueError("sync_batchnorm needs CUDA (PyTorch's SyncBatchNorm has no CPU kernel); turn it off on CPU")
     if spec.precision == "fp16" and device.type != "cuda":
         raise ValueError("precision fp16 needs CUDA (GradScaler); use bf16 or fp32 on CPU")
     if device.type == "cuda":
