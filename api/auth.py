@@ -13,6 +13,7 @@ import secrets
 from typing import Annotated, Literal
 
 from fastapi import Depends, HTTPException, Request, Response, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
 from api.settings import Settings
@@ -67,7 +68,15 @@ def session_csrf(request: Request, settings: Settings) -> str | None:
     return csrf if isinstance(csrf, str) else None
 
 
-def require_auth(request: Request, settings: Annotated[Settings, Depends(app_settings)]) -> AuthMethod:
+# Declares the bearer scheme in the OpenAPI (the /docs "Authorize" button); the check is below.
+_bearer_scheme = HTTPBearer(auto_error=False, description="The API token (`rankzero up` prints it).")
+
+
+def require_auth(
+    request: Request,
+    settings: Annotated[Settings, Depends(app_settings)],
+    _declared: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer_scheme)] = None,
+) -> AuthMethod:
     """Dependency for every /api route but /health."""
     header = request.headers.get("authorization", "")
     scheme, _, given = header.partition(" ")

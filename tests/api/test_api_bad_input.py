@@ -160,8 +160,10 @@ def test_checkpoint_rows_pointing_outside_are_not_served(client: TestClient, mak
         r = client.get(f"/api/checkpoints/{row.id}/download")
         assert r.status_code == 404 and "top secret" not in r.text, row.path
     for path in ("/api/jobs/1/../../etc/passwd", "/api/jobs/%2e%2e/logs", "/api/jobs/%252e%252e/logs",
-                 "/api/checkpoints/..%2F..%2Fetc%2Fpasswd/download", "/api/jobs/1%00/logs"):
-        assert client.get(path).status_code in (404, 422), path
+                 "/api/checkpoints/..%2F..%2Fetc%2Fpasswd/download", "/api/jobs/1%00/logs",
+                 "/static/../api/settings.py", "/static/..%2f..%2fapi%2fsettings.py", "/static/%252e%252e/api/settings.py"):
+        r = client.get(path)
+        assert r.status_code in (404, 422) and "LOOPBACK_HOSTS" not in r.text, path
 
 
 def test_log_route_refuses_symlinks_out_and_bad_params(client: TestClient, make_job, settings: Settings, tmp_path) -> None:  # noqa: ANN001
