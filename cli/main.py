@@ -97,8 +97,8 @@ def api(
 
 @app.command()
 def worker(
-    concurrency: Annotated[int | None, typer.Option(help="Jobs at once (default: the GPU count, at least 1).")] = None,
-    pool: Annotated[str, typer.Option(help="Celery pool: prefork (default) or solo.")] = "prefork",
+    concurrency: Annotated[int | None, typer.Option("--concurrency", "-c", help="Jobs at once (default: the GPU count, at least 1).")] = None,
+    pool: Annotated[str, typer.Option(help="Celery pool: threads (default; a supervisor mostly waits), prefork or solo.")] = "threads",
     loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "info",
 ) -> None:
     """Run only a worker (Celery), using RANKZERO_BROKER_URL / RANKZERO_DATABASE_URL when set."""

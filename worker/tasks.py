@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from celery.exceptions import Reject
+
+from worker import drain
 from worker.celery_app import TASK_RUN_JOB, app
 
 
@@ -9,4 +12,8 @@ from worker.celery_app import TASK_RUN_JOB, app
 def run_job(self, job_id: int) -> str:  # noqa: ANN001
     from worker.supervise import run_job as supervise_job
 
-    return supervise_job(int(job_id), self.app.conf.rankzero_settings)
+    settings = self.app.conf.rankzero_settings
+    if drain.draining(settings):
+        # A worker on its way out takes nothing new: give the message back for another worker.
+        raise Reject("worker shutting down", requeue=True)
+    return supervise_job(int(job_id), settings)

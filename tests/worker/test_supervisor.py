@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -21,20 +22,36 @@ def _alive(pid: int) -> bool:
     return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def _job_pids(job_id: int) -> list[int]:
+    """Live processes (torchrun and ranks) the worker launched for `job_id`, by their environment mark."""
+    prefix = f"RANKZERO_JOB_MARK={job_id}-".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                env = (entry / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(v.startswith(prefix) for v in env) and _alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found
+
+
 def test_cancel_running_job_leaves_no_process(service, workers, tmp_path):  # noqa: ANN001
     settings, client = service(cancel_grace_s=3.0)
     workers.start(settings)
     pid_dir = tmp_path / "pids"
     job = client.submit(fake_spec(max_steps=100000, args={"step_s": 0.1, "pid_dir": str(pid_dir)}, nproc=2))
-    running = client.wait(job["id"], lambda j: j["status"] == "running" and j["step"] >= 2, 60, "running")
-    torchrun_pid = running.get("pid")
+    client.wait(job["id"], lambda j: j["status"] == "running" and j["step"] >= 2, 60, "running")
+    launched = _job_pids(job["id"])
+    assert len(launched) >= 3  # torchrun + 2 ranks
     rank_pids = [int(p.name) for p in pid_dir.iterdir()]
     assert len(rank_pids) == 2
     t0 = time.monotonic()
     assert client.http.post(f"/jobs/{job['id']}/cancel").status_code == 202
     done = client.wait_terminal(job["id"], timeout=10)
     assert done["status"] == "cancelled" and time.monotonic() - t0 < 10
-    left = [p for p in rank_pids + ([torchrun_pid] if torchrun_pid else []) if _alive(p)]
+    left = [p for p in rank_pids + launched if _alive(p)]
     assert not left, f"processes left after cancel: {left}"
     # The trainer checkpointed on SIGTERM and that checkpoint was ingested.
     run = Path(settings.resolved_runs_dir) / f"job_{job['id']}"
@@ -152,3 +169,52 @@ def test_worker_does_not_import_torch():
     code = "import sys, worker.tasks, worker.supervise, worker.lifecycle, worker.recover, worker.dispatch, cli.main; " \
            "assert 'torch' not in sys.modules, 'torch imported'"  # fmt: skip
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
+
+
+def test_graceful_worker_stop_requeues_and_resumes(service, workers):  # noqa: ANN001
+    import signal
+
+    settings, client = service()
+    w = workers.start(settings, pool="threads", concurrency=2)
+    job = client.submit(fake_spec(max_steps=60, args={"step_s": 0.1}))
+    client.wait(job["id"], lambda j: j["step"] >= 12, 60, "step 12")
+    os.kill(w.pid, signal.SIGTERM)  # a deploy: warm shutdown of the worker process only
+    w.wait(timeout=30)
+    back = client.job(job["id"])
+    assert back["status"] == "queued", back
+    workers.start(settings, pool="threads")
+    done = client.wait_terminal(job["id"], 90)
+    assert done["status"] == "succeeded" and done["attempt"] == 2
+    steps = [p["step"] for p in client.http.get(f"/jobs/{job['id']}/metrics", params={"name": "train/loss"}).json()["series"][0]["points"]]
+    assert steps == list(range(1, 61))
+
+
+def test_killed_worker_host_job_resumes_on_another(service, workers, tmp_path):  # noqa: ANN001
+    import signal
+
+    settings, client = service()
+    pid_dir = tmp_path / "pids"
+    w = workers.start(settings, extra_env={"RANKZERO_STALE_AFTER_S": "3"})
+    job = client.submit(fake_spec(max_steps=60, max_restarts=1, args={"step_s": 0.1, "pid_dir": str(pid_dir)}))
+    client.wait(job["id"], lambda j: j["step"] >= 12, 60, "step 12")
+    launched = _job_pids(job["id"])
+    # The host dies: the worker, torchrun and the ranks, all at once.
+    workers.stop(w, signal.SIGKILL)
+    for pid in launched:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    workers.start(settings, extra_env={"RANKZERO_STALE_AFTER_S": "3"})
+    done = client.wait_terminal(job["id"], 90)
+    assert done["status"] == "succeeded" and done["attempt"] == 2, done
+    steps = [p["step"] for p in client.http.get(f"/jobs/{job['id']}/metrics", params={"name": "train/loss"}).json()["series"][0]["points"]]
+    assert steps == list(range(1, 61))
+
+
+def test_stalled_rank_is_failed_by_watchdog(service, workers, tmp_path):  # noqa: ANN001
+    settings, client = service()
+    workers.start(settings)
+    pid_dir = tmp_path / "pids"
+    job = client.submit(fake_spec(nproc=2, stall_timeout_s=10, args={"hang_rank": 0, "hang_at_step": 3, "pid_dir": str(pid_dir)}))
+    done = client.wait_terminal(job["id"], 60)
+    assert done["status"] == "failed" and "stall_timeout_s" in done["error"]
+    assert not [p for p in (int(x.name) for x in pid_dir.iterdir()) if _alive(p)]
