@@ -9,13 +9,15 @@ bucket keeps its min and its max point, so a one-step spike survives any max_poi
 
 `refresh(session, job_id)` folds the points ingested since the job's mark into the rollups. The
 metrics route calls it before reading; the worker may call it after each ingest batch to keep
-reads cheap. It assumes a job's points are committed in seq order (one ingester per job), so
+reads cheap. The folding is SQL (GROUP BY per bucket, the extreme's step found by an index range
+scan of the bucket), never a pass over the points in Python. It assumes a job's points are committed in seq order (one ingester per job), so
 everything at or below the mark is final. Non-finite values (a diverged loss) are not plotted.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -23,20 +25,7 @@ from sqlalchemy import text
 from sqlmodel import Session
 
 WIDTHS = (16, 256, 4096, 65536)
-_FETCH_CHUNK = 50_000
 
-_UPSERT = text(
-    """
-    INSERT INTO metric_rollups (job_id, name, width, bucket, n, min_value, min_step, max_value, max_step)
-    VALUES (:job_id, :name, :width, :bucket, :n, :min_value, :min_step, :max_value, :max_step)
-    ON CONFLICT (job_id, name, width, bucket) DO UPDATE SET
-      n = metric_rollups.n + excluded.n,
-      min_value = CASE WHEN excluded.min_value < metric_rollups.min_value THEN excluded.min_value ELSE metric_rollups.min_value END,
-      min_step = CASE WHEN excluded.min_value < metric_rollups.min_value THEN excluded.min_step ELSE metric_rollups.min_step END,
-      max_value = CASE WHEN excluded.max_value > metric_rollups.max_value THEN excluded.max_value ELSE metric_rollups.max_value END,
-      max_step = CASE WHEN excluded.max_value > metric_rollups.max_value THEN excluded.max_step ELSE metric_rollups.max_step END
-    """
-)
 
 
 @dataclass
@@ -75,9 +64,84 @@ def _finite(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
 
 
-def refresh(session: Session, job_id: int) -> int:
-    """Fold the job's points past its mark into the rollups and commit; returns how many were folded.
+def _floor_div(expr: str, width: int) -> str:
+    """SQL floor division by a positive constant (SQL's `/` truncates toward zero for negatives)."""
+    return f"(({expr}) - ((({expr}) % {width}) + {width}) % {width}) / {width}"
 
+
+_MERGE = """
+    ON CONFLICT (job_id, name, width, bucket) DO UPDATE SET
+      n = metric_rollups.n + excluded.n,
+      min_value = CASE WHEN excluded.min_value < metric_rollups.min_value THEN excluded.min_value ELSE metric_rollups.min_value END,
+      min_step = CASE WHEN excluded.min_value < metric_rollups.min_value THEN excluded.min_step ELSE metric_rollups.min_step END,
+      max_value = CASE WHEN excluded.max_value > metric_rollups.max_value THEN excluded.max_value ELSE metric_rollups.max_value END,
+      max_step = CASE WHEN excluded.max_value > metric_rollups.max_value THEN excluded.max_step ELSE metric_rollups.max_step END
+"""
+_REPLACE = """
+    ON CONFLICT (job_id, name, width, bucket) DO UPDATE SET
+      n = excluded.n, min_value = excluded.min_value, min_step = excluded.min_step,
+      max_value = excluded.max_value, max_step = excluded.max_step
+"""
+
+
+def _fold_finest_sql() -> str:
+    """Points with seq in (old, new] → finest-width summaries, merged into what is there."""
+    w = WIDTHS[0]
+    bucket = _floor_div("step", w)
+
+    def step_of(agg: str) -> str:
+        # The (earliest) step holding the bucket's extreme value: an index range scan of ≤ w points.
+        return (
+            "(SELECT p.step FROM metric_points p WHERE p.job_id = :j AND p.name = g.name "
+            f"AND p.step >= g.b * {w} AND p.step < g.b * {w} + {w} AND p.seq > :old AND p.seq <= :new "
+            f"AND p.value = g.{agg} ORDER BY p.step LIMIT 1)"
+        )
+
+    return f"""
+    INSERT INTO metric_rollups (job_id, name, width, bucket, n, min_value, min_step, max_value, max_step)
+    SELECT :j, g.name, {w}, g.b, g.n, g.mn, {step_of("mn")}, g.mx, {step_of("mx")}
+    FROM (SELECT name, {bucket} AS b, count(*) AS n, min(value) AS mn, max(value) AS mx
+          FROM metric_points
+          WHERE job_id = :j AND seq > :old AND seq <= :new AND value >= :lowest AND value <= :highest
+          GROUP BY name, {bucket}) AS g
+    WHERE true
+    {_MERGE}
+    """
+
+
+def _rebuild_level_sql(width: int, finer: int) -> str:
+    """Recompute the `width` buckets in [:b0, :b1] of one series from the next finer level (replacing them)."""
+    bucket = _floor_div("bucket", width // finer)
+
+    def step_of(col: str, agg: str) -> str:
+        return (
+            f"(SELECT f.{col}_step FROM metric_rollups f WHERE f.job_id = :j AND f.name = :n AND f.width = {finer} "
+            f"AND f.bucket >= g.b * {width // finer} AND f.bucket < (g.b + 1) * {width // finer} "
+            f"AND f.{col}_value = g.{agg} ORDER BY f.bucket LIMIT 1)"
+        )
+
+    return f"""
+    INSERT INTO metric_rollups (job_id, name, width, bucket, n, min_value, min_step, max_value, max_step)
+    SELECT :j, :n, {width}, g.b, g.n, g.mn, {step_of("min", "mn")}, g.mx, {step_of("max", "mx")}
+    FROM (SELECT {bucket} AS b, sum(n) AS n, min(min_value) AS mn, max(max_value) AS mx
+          FROM metric_rollups
+          WHERE job_id = :j AND name = :n AND width = {finer}
+            AND bucket >= :b0 * {width // finer} AND bucket < (:b1 + 1) * {width // finer}
+          GROUP BY {bucket}) AS g
+    WHERE true
+    {_REPLACE}
+    """
+
+
+_FINEST = text(_fold_finest_sql())
+_LEVELS = [(w, text(_rebuild_level_sql(w, f))) for f, w in zip(WIDTHS, WIDTHS[1:], strict=False)]
+
+
+def refresh(session: Session, job_id: int) -> int:
+    """Fold the job's points past its mark into the rollups and commit; returns how many points were new.
+
+    All in SQL: the new points are grouped into finest buckets (merged into existing ones), then
+    each coarser level's buckets that the new points touch are recomputed from the level below.
     Safe to run concurrently: the mark moves with a conditional UPDATE, so of two refreshers of the
     same job one folds and the other finds nothing to do.
     """
@@ -103,39 +167,17 @@ def refresh(session: Session, job_id: int) -> int:
     if moved.rowcount != 1:
         session.rollback()
         return 0
-    finest = WIDTHS[0]
-    fine: dict[tuple[str, int], Summary] = {}
-    folded = 0
-    result = session.execute(
-        text("SELECT name, step, value FROM metric_points WHERE job_id = :j AND seq > :old AND seq <= :new"),
-        {"j": job_id, "old": mark, "new": newest},
-    )
-    while rows := result.fetchmany(_FETCH_CHUNK):
-        for name, step, value in rows:
-            folded += 1
-            if not _finite(value):
-                continue
-            key = (name, step // finest)
-            s = fine.get(key)
-            if s is None:
-                s = fine[key] = Summary()
-            s.add(step, value)
-    params = []
-    for width in WIDTHS:
-        level: dict[tuple[str, int], Summary] = fine if width == finest else {}
-        if width != finest:
-            for (name, bucket), s in fine.items():
-                key = (name, bucket * finest // width)
-                level.setdefault(key, Summary()).merge(s)
-        params.extend(
-            {"job_id": job_id, "name": name, "width": width, "bucket": bucket, "n": s.n, "min_value": s.min_value,
-             "min_step": s.min_step, "max_value": s.max_value, "max_step": s.max_step}
-            for (name, bucket), s in level.items()
-        )
-    if params:
-        session.execute(_UPSERT, params)
+    window = {"j": job_id, "old": mark, "new": newest}
+    spans = session.execute(
+        text("SELECT name, count(*), min(step), max(step) FROM metric_points WHERE job_id = :j AND seq > :old AND seq <= :new GROUP BY name"),
+        window,
+    ).all()
+    session.execute(_FINEST, {**window, "lowest": -sys.float_info.max, "highest": sys.float_info.max})
+    for name, _, lo, hi in spans:
+        for width, statement in _LEVELS:
+            session.execute(statement, {"j": job_id, "n": name, "b0": lo // width, "b1": hi // width})
     session.commit()
-    return folded
+    return sum(count for _, count, _, _ in spans)
 
 
 @dataclass

@@ -109,3 +109,30 @@ def test_concurrent_refreshes_while_ingesting_count_every_point_once(make_job, d
     for width in metric_rollup.WIDTHS:
         n = db.execute(text("SELECT sum(n) FROM metric_rollups WHERE job_id = :j AND width = :w"), {"j": job_id, "w": width}).scalar()
         assert n == 10_000, width
+
+
+def test_rollup_rows_equal_a_python_summary_at_every_width(make_job, db: Session) -> None:  # noqa: ANN001
+    from sqlalchemy import text
+
+    from api import metric_rollup
+
+    rng = random.Random(3)
+    job_id = make_job().id
+    steps = sorted(rng.sample(range(0, 300_000), 6000))
+    values = {st: rng.gauss(0, 1) for st in steps}
+    half = len(steps) // 2
+    for part in (steps[:half], steps[half:]):  # two folds: the second merges into the first
+        _insert(db, job_id, [(st, "s", st, values[st]) for st in part])
+        metric_rollup.refresh(db, job_id)
+    for width in metric_rollup.WIDTHS:
+        expected: dict[int, list] = {}
+        for st in steps:
+            b = expected.setdefault(st // width, [0, math.inf, None, -math.inf, None])
+            b[0] += 1
+            if values[st] < b[1]:
+                b[1], b[2] = values[st], st
+            if values[st] > b[3]:
+                b[3], b[4] = values[st], st
+        rows = db.execute(text("SELECT bucket, n, min_value, min_step, max_value, max_step FROM metric_rollups "
+                               "WHERE job_id = :j AND name = 's' AND width = :w ORDER BY bucket"), {"j": job_id, "w": width}).all()
+        assert {r[0]: list(r[1:]) for r in rows} == expected, width
