@@ -18,6 +18,9 @@ def _loader_options(dataset: Dataset, num_workers: int, device: torch.device) ->
         # Pinned host memory lets the host-to-GPU copy run asynchronously (non_blocking=True).
         "pin_memory": device.type == "cuda",
         "persistent_workers": False,
+        # Its own generator: starting an iterator draws a worker base seed, and drawing it from the
+        # global RNG would shift the dropout stream, so a resumed run would no longer match a straight one.
+        "generator": torch.Generator().manual_seed(0),
     }
     if prebatched:
         opts["collate_fn"] = collate_prebatched
