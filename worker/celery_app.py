@@ -19,7 +19,6 @@ from celery import Celery
 from api.settings import Settings, get_settings
 from worker import config
 
-QUEUE = "rankzero"
 TASK_RUN_JOB = "rankzero.run_job"
 
 
@@ -34,7 +33,7 @@ def make_celery(settings: Settings) -> Celery:
         # the worker share one SQLite file, so wait for its lock rather than fail.
         transport_options["connect_args"] = {"timeout": 30}
     app.conf.update(
-        task_default_queue=QUEUE,
+        task_default_queue=config.queue_name(),
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,

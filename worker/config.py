@@ -32,3 +32,8 @@ def stale_after_s(heartbeat_s: float) -> float:
 def poll_s() -> float:
     """How often the supervisor looks at the job row (cancel) and the events file."""
     return _env_float("RANKZERO_POLL_S", 0.25)
+
+
+def queue_name() -> str:
+    """The Celery queue jobs go through; separate pools (or test runs) sharing a broker use their own."""
+    return os.environ.get("RANKZERO_QUEUE", "rankzero")

@@ -7,26 +7,28 @@ import threading
 from celery import Celery
 
 from api.settings import Settings
-from worker.celery_app import QUEUE, TASK_RUN_JOB, make_celery
+from worker import config
+from worker.celery_app import TASK_RUN_JOB, make_celery
 
 _lock = threading.Lock()
 _producers: dict[str, Celery] = {}
 
 
 def _producer(settings: Settings) -> Celery:
-    url = settings.resolved_broker_url
+    key = f"{settings.resolved_broker_url} {config.queue_name()}"
     with _lock:
-        if url not in _producers:
-            _producers[url] = make_celery(settings)
-        return _producers[url]
+        if key not in _producers:
+            _producers[key] = make_celery(settings)
+        return _producers[key]
 
 
 def enqueue(job_id: int, settings: Settings) -> None:
     """Ask some worker to run job `job_id`. Safe to call twice: the worker claims the row atomically."""
-    _producer(settings).send_task(
+    app = _producer(settings)
+    app.send_task(
         TASK_RUN_JOB,
         args=[int(job_id)],
-        queue=QUEUE,
+        queue=app.conf.task_default_queue,
         retry=True,
         retry_policy={"max_retries": 5, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 3},
     )
