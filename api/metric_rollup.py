@@ -64,7 +64,7 @@ def _finite(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
 
 
-def _floor_div(expr: str, width: int) -> str:
+def _floor_div(expr: str, width: int | str) -> str:
     """SQL floor division by a positive constant (SQL's `/` truncates toward zero for negatives)."""
     return f"(({expr}) - ((({expr}) % {width}) + {width}) % {width}) / {width}"
 
@@ -214,6 +214,29 @@ def _raw(session: Session, params: dict, lo: int, hi: int) -> Iterable[tuple[int
     return ((s, v) for s, v in rows if _finite(v))
 
 
+_BUCKETS_SQL = text(f"""
+    SELECT g.b, g.n, g.mn,
+      (SELECT p.step FROM metric_points p WHERE p.job_id = :j AND p.name = :n AND p.step >= :lo AND p.step <= :hi
+         AND p.step >= g.b * :w AND p.step < g.b * :w + :w AND p.value = g.mn ORDER BY p.step LIMIT 1),
+      g.mx,
+      (SELECT p.step FROM metric_points p WHERE p.job_id = :j AND p.name = :n AND p.step >= :lo AND p.step <= :hi
+         AND p.step >= g.b * :w AND p.step < g.b * :w + :w AND p.value = g.mx ORDER BY p.step LIMIT 1)
+    FROM (SELECT {_floor_div("step", ":w")} AS b, count(*) AS n, min(value) AS mn, max(value) AS mx
+          FROM metric_points
+          WHERE job_id = :j AND name = :n AND step >= :lo AND step <= :hi AND value >= :lowest AND value <= :highest
+          GROUP BY {_floor_div("step", ":w")}) AS g
+""")
+
+
+def _sql_buckets(session: Session, job_id: int, name: str, lo: int, hi: int, width: int) -> list[tuple[int, Summary]]:
+    """Min/max summaries of the raw points in [lo, hi], per bucket of `width` steps, computed in SQL."""
+    if hi < lo:
+        return []
+    rows = session.execute(_BUCKETS_SQL, {"j": job_id, "n": name, "lo": lo, "hi": hi, "w": width,
+                                          "lowest": -sys.float_info.max, "highest": sys.float_info.max})
+    return [(b, Summary(n, mn, mn_s, mx, mx_s)) for b, n, mn, mn_s, mx, mx_s in rows]
+
+
 def query(
     session: Session, job_id: int, name: str, max_points: int, start_step: int | None = None, end_step: int | None = None
 ) -> Series:
@@ -245,32 +268,25 @@ def query(
     out_width = -(-want // width) * width  # a multiple of `width`: rollup buckets never straddle two outputs
     buckets: dict[int, Summary] = {}
 
-    def fold(step: int, value: float) -> None:
-        buckets.setdefault(step // out_width, Summary()).add(step, value)
+    def merge(rows: Iterable[tuple[int, Summary]]) -> None:
+        for key, summary in rows:
+            buckets.setdefault(key, Summary()).merge(summary)
 
-    if width == 1:
-        for step, value in _raw(session, base, first, last):
-            fold(step, value)
+    k0 = -(-first // width)  # first rollup bucket wholly inside [first, last]
+    k1 = (last + 1) // width - 1  # last one
+    if width == 1 or k0 > k1:
+        merge(_sql_buckets(session, job_id, name, first, last, out_width))
     else:
-        k0 = -(-first // width)  # first rollup bucket wholly inside [first, last]
-        k1 = (last + 1) // width - 1  # last one
-        if k0 > k1:
-            for step, value in _raw(session, base, first, last):
-                fold(step, value)
-        else:
-            for step, value in _raw(session, base, first, k0 * width - 1):
-                fold(step, value)
-            rows = session.execute(
-                text(
-                    "SELECT bucket, n, min_value, min_step, max_value, max_step FROM metric_rollups "
-                    "WHERE job_id = :j AND name = :n AND width = :w AND bucket >= :k0 AND bucket <= :k1"
-                ),
-                {"j": job_id, "n": name, "w": width, "k0": k0, "k1": k1},
-            )
-            for bucket, n, min_v, min_s, max_v, max_s in rows:
-                buckets.setdefault(bucket * width // out_width, Summary()).merge(Summary(n, min_v, min_s, max_v, max_s))
-            for step, value in _raw(session, base, (k1 + 1) * width, last):
-                fold(step, value)
+        merge(_sql_buckets(session, job_id, name, first, k0 * width - 1, out_width))  # ragged start
+        rows = session.execute(
+            text(
+                "SELECT bucket, n, min_value, min_step, max_value, max_step FROM metric_rollups "
+                "WHERE job_id = :j AND name = :n AND width = :w AND bucket >= :k0 AND bucket <= :k1"
+            ),
+            {"j": job_id, "n": name, "w": width, "k0": k0, "k1": k1},
+        )
+        merge((bucket * width // out_width, Summary(n, mn, mn_s, mx, mx_s)) for bucket, n, mn, mn_s, mx, mx_s in rows)
+        merge(_sql_buckets(session, job_id, name, (k1 + 1) * width, last, out_width))  # ragged end
     points: list[tuple[int, float]] = []
     for key in sorted(buckets):
         points.extend(buckets[key].points())

@@ -61,6 +61,13 @@ def test_downsampling_matches_brute_force_and_follows_new_points(client: TestCli
     in_range = {i: v for i, v in values.items() if lo <= i <= hi}
     assert all(values[st] == v for st, v in got)
     assert max(in_range.items(), key=lambda kv: kv[1]) in got and min(in_range.items(), key=lambda kv: kv[1]) in got
+    # Buckets narrower than the finest rollup (here 14 steps) are computed from the raw points in SQL.
+    lo, hi = 1000, 9000
+    fine = client.get(f"/api/jobs/{job.id}/metrics", params={"name": "m", "max_points": 1200, "start_step": lo, "end_step": hi}).json()["series"][0]
+    assert fine["downsampled"] and fine["total_points"] == hi - lo + 1 and len(fine["points"]) <= 1200
+    in_range = {i: v for i, v in values.items() if lo <= i <= hi}
+    got = {(p["step"], p["value"]) for p in fine["points"]}
+    assert all(values[st] == v for st, v in got) and max(in_range.items(), key=lambda kv: kv[1]) in got
 
 
 def test_non_finite_values_and_bad_params(client: TestClient, make_job, db: Session) -> None:  # noqa: ANN001
