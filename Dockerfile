@@ -1,0 +1,44 @@
+# One image for the API and the worker: `rankzero api` / `rankzero worker` (see docker-compose.yml).
+# torch comes from PyPI through the project's pins; on Linux x86_64 that wheel is the CUDA build
+# (it brings its own CUDA runtime libraries), so the host needs only the NVIDIA driver and the
+# NVIDIA Container Toolkit.
+
+# --- front-end libraries from the npm registry (web/package.json + lockfile) ---
+FROM node:22-bookworm-slim AS web
+WORKDIR /web
+COPY web/package.json web/package-lock.json ./
+RUN npm ci --no-audit --no-fund --loglevel=error \
+ && mkdir -p vendor \
+ && cp node_modules/uplot/dist/uPlot.iife.min.js node_modules/uplot/dist/uPlot.min.css vendor/
+
+# --- the service ---
+FROM python:3.11-slim-bookworm
+ENV PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    RANKZERO_DATA_DIR=/data \
+    RANKZERO_RUNS_DIR=/runs
+RUN groupadd --system --gid 1000 rankzero \
+ && useradd --system --uid 1000 --gid rankzero --home-dir /home/rankzero --create-home rankzero \
+ && mkdir -p /app /data /runs \
+ && chown rankzero:rankzero /data /runs
+WORKDIR /app
+# Dependencies first (a layer that survives code edits): install the pinned set, then the code.
+COPY pyproject.toml README.md ./
+RUN mkdir -p trainer api worker cli && touch trainer/__init__.py api/__init__.py worker/__init__.py cli/__init__.py \
+ && pip install . && pip uninstall -y rankzero
+COPY trainer ./trainer
+COPY api ./api
+COPY worker ./worker
+COPY cli ./cli
+COPY web/templates ./web/templates
+COPY web/static ./web/static
+COPY --from=web /web/vendor ./web/static/vendor
+RUN pip install --no-deps -e . && python -c "import api.app, worker.tasks, cli.main"
+USER rankzero
+EXPOSE 8000
+# The API's health route; the worker service in docker-compose.yml overrides it with a Celery ping.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
+  CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/api/health', timeout=4)"]
+CMD ["rankzero", "api", "--host", "0.0.0.0", "--port", "8000"]
