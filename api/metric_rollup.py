@@ -4,14 +4,15 @@ A million-point series cannot be scanned in 150 ms (SQLite needs ~300 ms just to
 so the points are summarised once into `metric_rollups`: for each width in WIDTHS (steps) and each
 aligned bucket, the count and the min and max values with the steps where they occur. A query
 picks the coarsest width not wider than the output bucket, reads at most ~16 summary rows per
-output bucket, and reads raw points only at the two ragged ends of the range. Every output
-bucket keeps its min and its max point, so a one-step spike survives any max_points.
+output bucket, and summarises raw points (in SQL) only at the two ragged ends of the range. Every
+output bucket keeps its min and its max point, so a one-step spike survives any max_points.
 
 `refresh(session, job_id)` folds the points ingested since the job's mark into the rollups. The
 metrics route calls it before reading; the worker may call it after each ingest batch to keep
-reads cheap. The folding is SQL (GROUP BY per bucket, the extreme's step found by an index range
-scan of the bucket), never a pass over the points in Python. It assumes a job's points are committed in seq order (one ingester per job), so
-everything at or below the mark is final. Non-finite values (a diverged loss) are not plotted.
+reads cheap. Folding is SQL (GROUP BY per bucket; each extreme's step found by an index range
+scan of its bucket), never a pass over the points in Python. It assumes a job's points are
+committed in seq order (one ingester per job, as worker/ingest.py does), so everything at or
+below the mark is final. Non-finite values (a diverged loss) are not plotted.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from sqlmodel import Session
 WIDTHS = (16, 256, 4096, 65536)
 
 
-
 @dataclass
 class Summary:
     """Count, min and max (with their steps) of some points."""
@@ -37,13 +37,6 @@ class Summary:
     min_step: int = 0
     max_value: float = -math.inf
     max_step: int = 0
-
-    def add(self, step: int, value: float) -> None:
-        self.n += 1
-        if value < self.min_value:
-            self.min_value, self.min_step = value, step
-        if value > self.max_value:
-            self.max_value, self.max_step = value, step
 
     def merge(self, other: Summary) -> None:
         self.n += other.n
