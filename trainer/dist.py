@@ -53,13 +53,12 @@ def setup(spec: JobSpec) -> DistContext:
             f"launch with torchrun --nproc_per_node={spec.nproc} (or python -m trainer for one process)"
         )
     device = resolve_device(spec, local_rank)
-    if spec.sync == "dataparallel":
-        if device.type != "cuda" or torch.cuda.device_count() < 2:
-            raise ValueError(
-                "sync 'dataparallel' needs a CUDA host with at least 2 visible GPUs "
-                f"(found {torch.cuda.device_count() if torch.cuda.is_available() else 0}); "
-                "use sync 'ddp' (with nproc = GPU count) or a single process instead"
-            )
+    if spec.sync == "dataparallel" and (device.type != "cuda" or torch.cuda.device_count() < 2):
+        raise ValueError(
+            "sync 'dataparallel' needs a CUDA host with at least 2 visible GPUs "
+            f"(found {torch.cuda.device_count() if torch.cuda.is_available() else 0}); "
+            "use sync 'ddp' (with nproc = GPU count) or a single process instead"
+        )
     if spec.sync_batchnorm and device.type != "cuda":
         raise ValueError("sync_batchnorm needs CUDA (PyTorch's SyncBatchNorm has no CPU kernel); turn it off on CPU")
     if spec.precision == "fp16" and device.type != "cuda":

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+
 import torch
 import torch.distributed as dist
 from torch import nn

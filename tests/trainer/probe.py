@@ -29,7 +29,9 @@ def main(jobs_path: str, result_path: str) -> None:
     if distributed:  # created here, so train() reuses it for every job instead of re-initialising
         dist.init_process_group("gloo")
     results = []
-    for job in json.loads(open(jobs_path).read()):
+    with open(jobs_path) as f:
+        jobs = json.load(f)
+    for job in jobs:
         calls = [0]
 
         def count_allreduces(strategy, calls=calls):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -174,3 +175,19 @@ def test_a_bad_spec_is_refused_with_the_field_named(tmp_path):
     done = run([PYTHON, "-m", "trainer", "--spec", str(write_spec(tmp_path / "bad.json", bad)), "--run-dir", str(tmp_path / "r")])
     assert done.returncode != 0
     assert "batch_size" in done.stdout and "surprise" in done.stdout
+
+
+def test_convnet_with_batchnorm_in_bf16_autocast_on_cpu(tmp_path):
+    spec = make_spec(model={"name": "convnet", "args": {"in_channels": 1, "num_classes": 10}},
+                     data={"name": "digits", "args": {"image": True}, "val_fraction": 0.1},
+                     batch_size=32, max_steps=12, log_every=4, eval_every=12, precision="bf16",
+                     optimizer={"name": "adamw", "lr": 0.003}, grad_clip_norm=5.0)
+    done = run(trainer_cmd(write_spec(tmp_path / "c.json", spec), tmp_path / "run"))
+    assert done.returncode == 0, done.stdout[-4000:]
+    events = read_events(tmp_path / "run")
+    assert events[0]["precision"] == "bf16" and events[-1]["type"] == "finished"
+    loss = metric_series(events, "train/loss")
+    assert all(map(math.isfinite, loss.values())) and loss[12] < loss[4]
+    assert 0.0 <= metric_series(events, "val/accuracy")[12] <= 1.0
+    ckpt = load_checkpoint(tmp_path / "run" / "checkpoints" / "step_00000012.pt")
+    assert ckpt["model"]["features.1.running_mean"].dtype == torch.float32  # weights stay fp32 under autocast

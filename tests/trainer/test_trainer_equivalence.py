@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from trainer_helpers import final_weights, load_checkpoint, make_spec, metric_series, read_events, relative_error, run_probe
+from trainer_helpers import (
+    final_weights,
+    load_checkpoint,
+    make_spec,
+    metric_series,
+    read_events,
+    relative_error,
+    run_probe,
+)
 
 from trainer.data.datasets import build_datasets
 from trainer.data.layout import BatchLayout
