@@ -6,6 +6,7 @@ Each check raises `SpecRefused` naming the field (as a FastAPI `loc`) and what t
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 from collections.abc import Callable
 
@@ -53,6 +54,17 @@ def check_resume_from(spec: JobSpec, settings: Settings) -> JobSpec:
     return spec.model_copy(update={"resume_from": str(path)})
 
 
+def check_plain_text(spec: JobSpec) -> None:
+    """Every string must be storable and printable: no lone surrogates (not UTF-8), no NUL."""
+    encoded = json.dumps(spec.model_dump(mode="json"), ensure_ascii=False)
+    try:
+        encoded.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SpecRefused(("body",), "the spec contains text that is not valid Unicode (a lone surrogate); send UTF-8 text") from None
+    if "\x00" in encoded or "\\u0000" in encoded:
+        raise SpecRefused(("body",), "the spec contains a NUL character; remove it")
+
+
 def check_single_node(spec: JobSpec) -> None:
     if spec.nnodes != 1:
         raise SpecRefused(("body", "nnodes"), "this service runs single-node jobs for now: set nnodes 1 (use nproc for more ranks)")
@@ -77,6 +89,7 @@ def check_capacity(spec: JobSpec, settings: Settings) -> None:
 
 def apply(spec: JobSpec, settings: Settings) -> JobSpec:
     """Run every submit check; return the spec to store (paths resolved)."""
+    check_plain_text(spec)
     check_single_node(spec)
     check_user_code(spec, settings)
     spec = check_resume_from(spec, settings)

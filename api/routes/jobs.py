@@ -58,7 +58,7 @@ def submit_job(spec: JobSpec, session: SessionDep, settings: SettingsDep) -> Job
 def list_jobs(
     session: SessionDep,
     status_: Annotated[list[JobStatus] | None, Query(alias="status", description="Only jobs in this status (repeatable).")] = None,
-    name: Annotated[str | None, Query(max_length=100, description="Only jobs whose name contains this text.")] = None,
+    name: Annotated[str | None, Query(max_length=100, pattern=r"^[A-Za-z0-9._-]*$", description="Only jobs whose name contains this text.")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
 ) -> JobPage:

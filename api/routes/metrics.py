@@ -26,8 +26,8 @@ def get_metrics(
     job_or_404(session, job_id)
     if start_step is not None and end_step is not None and end_step < start_step:
         raise HTTPException(422, [{"loc": ["query", "end_step"], "msg": "end_step must be ≥ start_step", "type": "value_error"}])
-    if name and any(len(n) > 200 for n in name):
-        raise HTTPException(422, [{"loc": ["query", "name"], "msg": "series names have at most 200 characters", "type": "value_error"}])
+    if name and any(len(n) > 200 or not n.isprintable() for n in name):
+        raise HTTPException(422, [{"loc": ["query", "name"], "msg": "series names are printable text of at most 200 characters", "type": "value_error"}])
     metric_rollup.refresh(session, job_id)
     names = list(dict.fromkeys(name)) if name else metric_rollup.series_names(session, job_id)
     series = []

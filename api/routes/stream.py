@@ -94,7 +94,7 @@ async def stream_job(
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=32)] = None,
 ) -> EventSourceResponse:
     await run_in_threadpool(job_or_404, session, job_id)
-    if after_seq is None and last_event_id and last_event_id.isdigit():
+    if after_seq is None and last_event_id and last_event_id.isascii() and last_event_id.isdigit():
         after_seq = int(last_event_id)
     if after_seq is None:
         after_seq = session.execute(text("SELECT max(seq) FROM metric_points WHERE job_id = :j"), {"j": job_id}).scalar()

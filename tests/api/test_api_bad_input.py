@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from api.auth import CSRF_COOKIE, CSRF_HEADER, SESSION_COOKIE, _serializer
 from api.server import UnsafeBind, check_bind
 from api.settings import Settings
-from api.tables import Checkpoint
+from api.tables import Checkpoint, JobStatus
 
 
 def _jobs(client: TestClient) -> int:
@@ -191,3 +191,20 @@ def test_non_loopback_bind_needs_a_configured_token(tmp_path) -> None:  # noqa: 
     for host in ("0.0.0.0", "::", "192.168.1.5", "example.com"):
         with pytest.raises(UnsafeBind, match="RANKZERO_API_TOKEN"):
             check_bind(Settings(data_dir=tmp_path, host=host))
+
+
+def test_unstorable_text_is_refused_and_nothing_breaks(client: TestClient, spec: dict, make_job) -> None:  # noqa: ANN001
+    before = _jobs(client)
+    for body in (b'{"name": "x", "max_steps": 5, "model": {"name": "mlp", "args": {"k": "\\ud800"}}}',
+                 b'{"name": "x", "max_steps": 5, "model": {"name": "mlp", "args": {"k": "a\\u0000b"}}}',
+                 b'{"name": "x", "max_steps": 5, "model": {"name": "mlp", "args": {"k\\u0000": 1}}}',
+                 b'{"name": "x", "max_steps": ' + b"9" * 5000 + b"}", b"\xff\xfe", b""):
+        r = client.post("/api/jobs", content=body, headers={"content-type": "application/json"})
+        assert r.status_code in (400, 422), (body[:60], r.status_code, r.text)
+    assert _jobs(client) == before
+    for params in ({"name": "\x00"}, {"name": "a\x00b"}, {"name": "é"}):
+        assert client.get("/api/jobs", params=params).status_code == 422
+    assert client.get("/api/jobs/1/metrics", params={"name": "\x00"}).status_code in (404, 422)
+    done = make_job(status=JobStatus.succeeded)
+    r = client.get(f"/api/jobs/{done.id}/stream", headers={"Last-Event-ID": "²".encode("latin-1")})
+    assert r.status_code == 200 and "event: end" in r.text
