@@ -73,7 +73,7 @@ function renderProgress(p) {
   setText($("#job-progress-text"), steps);
   const running = merged.status === "running";
   const stats = [
-    ["Samples/s", running ? fmtRate(merged.samples_per_s) : "–"],
+    [running ? "Samples/s" : "Last samples/s", fmtRate(merged.samples_per_s)],
     ["ETA", running ? fmtDuration(merged.eta_s) : "–"],
     ["Epoch", fmtInt(merged.epoch)],
     ["Samples seen", fmtInt(merged.samples)],
@@ -85,7 +85,10 @@ function renderProgress(p) {
   if (dl.children.length !== stats.length) {
     dl.replaceChildren(...stats.map(([k]) => h("div", {}, h("dt", {}, k), h("dd"))));
   }
-  stats.forEach(([, v], i) => setText(dl.children[i].lastElementChild, v));
+  stats.forEach(([k, v], i) => {
+    setText(dl.children[i].firstElementChild, k);
+    setText(dl.children[i].lastElementChild, v);
+  });
 }
 
 function renderTimeline(transitions) {

@@ -72,10 +72,9 @@ function updateRow(row, job) {
   setText(c.strategy, job.strategy || "–");
   setProgress(c.bar, progressFraction(job), job.status);
   setText(c.progressText, job.total_steps ? `${job.step ?? 0} / ${job.total_steps}` : (job.step ? `${job.step}` : ""));
-  // Speed and ETA mean something only while ranks are training.
-  const training = job.status === "running";
-  setText(c.rate, training ? fmtRate(job.samples_per_s) : "–");
-  setText(c.eta, training ? fmtDuration(job.eta_s) : "–");
+  // The last measured speed stays informative after the run; an ETA only while it trains.
+  setText(c.rate, fmtRate(job.samples_per_s));
+  setText(c.eta, job.status === "running" ? fmtDuration(job.eta_s) : "–");
   setText(c.loss, fmtNumber(job.latest_loss));
   setText(c.started, job.started_at ? fmtAgo(job.started_at) : "–");
   c.started.title = job.started_at || "";

@@ -35,6 +35,7 @@ export class LogView {
   /** The job ended: one last read picks up the final lines, then polling stops. */
   jobFinished() {
     this.finished = true;
+    this.followBox.checked = false;
     this.poll();
   }
 
@@ -51,11 +52,11 @@ export class LogView {
       this.updateRanks(body.ranks || []);
       if (body.text) this.appendText(body.text);
       this.offset = body.next_offset ?? this.offset;
-      if (!this.pre.textContent) setText(this.pre, "No output yet.");
+      if (!this.pre.textContent) setText(this.pre, this.emptyText());
       this.pre.dataset.loaded = "true";
     } catch (err) {
       if (err instanceof ApiError && err.status === 404) {
-        if (!this.pre.textContent) setText(this.pre, "No log output yet.");
+        if (!this.pre.textContent) setText(this.pre, this.emptyText());
       } else if (!this.pre.textContent) {
         setText(this.pre, `Could not read the logs: ${err.message}`);
       }
@@ -69,11 +70,18 @@ export class LogView {
 
   appendText(text) {
     const atBottom = this.pre.scrollTop + this.pre.clientHeight >= this.pre.scrollHeight - 8;
-    let current = this.pre.textContent === "No output yet." || this.pre.textContent === "No log output yet." ? "" : this.pre.textContent;
+    let current = this.pre.dataset.empty === "true" ? "" : this.pre.textContent;
+    this.pre.dataset.empty = "false";
     current += text;
     if (current.length > MAX_CHARS) current = `…\n${current.slice(current.length - MAX_CHARS)}`;
     this.pre.textContent = current;
     if (this.followBox.checked || atBottom) this.pre.scrollTop = this.pre.scrollHeight;
+  }
+
+  emptyText() {
+    this.pre.dataset.empty = "true";
+    const where = `rank ${this.rankSelect.value} ${this.streamSelect.value}`;
+    return this.finished ? `(${where} is empty: this rank wrote nothing there)` : `(nothing on ${where} yet)`;
   }
 
   updateRanks(ranks) {

@@ -9,8 +9,7 @@ const SECTIONS = [
   ["Job", ["name", "model", "data", "loss"]],
   ["Strategy", ["nproc", "accumulation_steps", "batch_size", "sync", "nnodes", "device", "precision", "sync_batchnorm"]],
   ["Length and evaluation", ["max_steps", "epochs", "log_every", "eval_every"]],
-  ["Optimizer", ["optimizer", "grad_clip_norm"]],
-  ["Schedule", ["scheduler"]],
+  ["Optimization", ["optimizer", "scheduler", "grad_clip_norm"]],
   ["Checkpoints and recovery", ["checkpoint", "resume_from", "max_restarts", "stall_timeout_s"]],
 ];
 

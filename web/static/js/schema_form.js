@@ -50,17 +50,21 @@ export class SchemaForm {
 
   /** The <fieldset> for one top-level group of keys. */
   section(title, keys) {
+    // Keys keep their order: scalars gather in a grid, an object gets its own sub-fieldset.
     const box = h("fieldset", { class: "section" }, h("legend", {}, title));
-    const grid = h("div", { class: "grid" });
-    box.append(grid);
+    let grid = null;
     for (const key of keys) {
       const node = this.schema.properties[key];
       if (!node) continue;
       const resolved = resolve(node, this.defs);
-      if (kindOf(resolved) === "object") box.append(this.objectFieldset(key, resolved));
-      else grid.append(this.field(key, key, resolved));
+      if (kindOf(resolved) === "object") {
+        box.append(this.objectFieldset(key, resolved));
+        grid = null;
+      } else {
+        if (!grid) { grid = h("div", { class: "grid" }); box.append(grid); }
+        grid.append(this.field(key, key, resolved));
+      }
     }
-    if (!grid.children.length) grid.remove();
     return box;
   }
 
