@@ -196,6 +196,11 @@ class _Run:
             if done == self.total_steps:
                 control.finish(meter.first_bad_step)
             elif control.check(done, meter.first_bad_step):
+                # Step `done` was trained and the resumed run starts after it: log it now or its points are lost.
+                if done % spec.log_every == 0:
+                    self._log(done, meter, G)
+                if self.val_loader is not None and self._eval_due(done):
+                    self._validate(done)
                 path = self._save(done) if last_saved != done else self.run.checkpoint_path(done)
                 self.events.emit("stopped", step=done, checkpoint=str(path.relative_to(self.run.root)), reason="SIGTERM")
                 return EXIT_STOPPED
