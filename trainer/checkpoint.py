@@ -40,6 +40,15 @@ def restore_rng(state: dict[str, torch.Tensor], device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
+class CheckpointWriteError(OSError):
+    """Saving a checkpoint failed; the message names the previous checkpoint, which is intact."""
+
+    def __init__(self, path: Path, cause: OSError) -> None:
+        earlier = [p for p in sorted(path.parent.glob("step_*.pt")) if p != path]
+        kept = f"the previous checkpoint {earlier[-1].name} is intact and still the latest" if earlier else "no earlier checkpoint exists"
+        super().__init__(cause.errno, f"could not save checkpoint {path.name} ({cause.strerror or cause}) in {path.parent}: {kept}")
+
+
 def write_atomic(path: Path, payload: dict[str, Any]) -> SavedCheckpoint:
     """Serialize, write to a temp name, fsync, rename over `path`, fsync the folder: a reader sees the
     old file or the whole new one, never half of one, even across a power cut."""
@@ -48,11 +57,15 @@ def write_atomic(path: Path, payload: dict[str, Any]) -> SavedCheckpoint:
     data = buffer.getbuffer()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:  # e.g. disk full: the half-written temp file goes, the previous checkpoint stays
+        tmp.unlink(missing_ok=True)
+        raise CheckpointWriteError(path, exc) from exc
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

@@ -251,6 +251,7 @@ class _Run:
     def _validate(self, done: int) -> None:
         """Each rank scores its shard with the unwrapped module (no collectives inside forward, so
         uneven shards cannot deadlock); one all-reduce of [loss sum, correct, count] gives the exact means."""
+        began = time.perf_counter()
         module = self.strategy.module
         module.eval()
         sums = torch.zeros(3, dtype=torch.float64, device=self.device)
@@ -266,8 +267,6 @@ class _Run:
                     sums[0] += self.loss_fn(module, batch).double() * n
             sums[2] += n
         module.train()
-        # Time spent validating is not training throughput.
-        t_first, t0 = self._interval_start
         if self.ctx.distributed:
             dist.all_reduce(sums, op=dist.ReduceOp.SUM)
         if self.ctx.is_main:
@@ -276,10 +275,16 @@ class _Run:
                 self.events.emit("metric", step=done, name="val/loss", value=loss_sum / count)
                 if self.has_accuracy:
                     self.events.emit("metric", step=done, name="val/accuracy", value=correct / count)
-        self._interval_start = (t_first, t0)
+        self._exclude_from_throughput(time.perf_counter() - began)
+
+    def _exclude_from_throughput(self, seconds: float) -> None:
+        """Validation and checkpoint time is not training throughput: move the interval's start forward."""
+        first, t0 = self._interval_start
+        self._interval_start = (first, t0 + seconds)
 
     def _save(self, done: int) -> Path:
         """Gather every rank's RNG state, then rank 0 writes the checkpoint atomically and prunes old ones."""
+        began = time.perf_counter()
         rng = ckpt_io.capture_rng(self.device)
         if self.ctx.distributed:
             all_rng: list[Any] = [None] * self.ctx.world_size
@@ -305,4 +310,5 @@ class _Run:
             self.events.emit("checkpoint", step=done, epoch=done // self.steps_per_epoch,
                              path=str(path.relative_to(self.run.root)), bytes=saved.bytes, sha256=saved.sha256)
             ckpt_io.prune(self.run, self.spec.checkpoint.keep_last)
+        self._exclude_from_throughput(time.perf_counter() - began)
         return path
