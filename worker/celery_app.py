@@ -32,6 +32,11 @@ def make_celery(settings: Settings) -> Celery:
         # kombu's SQLAlchemy transport passes its options to create_engine; the API (producer) and
         # the worker share one SQLite file, so wait for its lock rather than fail.
         transport_options["connect_args"] = {"timeout": 30}
+        # It polls its table for new messages, once a second by default: that second would be added
+        # to every job's start. Its options all go to create_engine, so set the class attribute.
+        from kombu.transport.sqlalchemy import Transport
+
+        Transport.polling_interval = config.embedded_poll_s()
     app.conf.update(
         task_default_queue=config.queue_name(),
         task_acks_late=True,

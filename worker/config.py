@@ -37,3 +37,8 @@ def poll_s() -> float:
 def queue_name() -> str:
     """The Celery queue jobs go through; separate pools (or test runs) sharing a broker use their own."""
     return os.environ.get("RANKZERO_QUEUE", "rankzero")
+
+
+def embedded_poll_s() -> float:
+    """How often a worker on the embedded (SQLAlchemy) transport looks for new messages."""
+    return _env_float("RANKZERO_EMBEDDED_POLL_S", 0.1)

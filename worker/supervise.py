@@ -28,6 +28,19 @@ from worker.launch import Launched, launch
 log = logging.getLogger("rankzero.worker")
 S = JobStatus
 STOPPED_EXIT = 75  # the trainer's "checkpointed after SIGTERM" exit code
+FOLD_EVERY_S = 2.0
+
+
+def _fold_rollups(engine, job_id: int) -> None:  # noqa: ANN001
+    """Fold new points into the API's min/max rollups now, so a chart read never pays for it."""
+    try:
+        from api import metric_rollup
+
+        with Session(engine) as s:
+            metric_rollup.refresh(s, job_id)
+            s.commit()
+    except Exception:  # a read folds whatever is left; never fail a job over a summary
+        log.exception("job %s: folding metric rollups failed", job_id)
 
 
 def _latest_checkpoint(engine, job_id: int, run: RunDir) -> Path | None:  # noqa: ANN001
@@ -102,13 +115,15 @@ def _supervise(engine, settings: Settings, job_id: int, attempt: int, spec: JobS
     tail = EventTail(run.events)
     ingestor = Ingestor(engine, job_id, run.root)
     poll = config.poll_s()
-    last_beat = last_event = time.monotonic()
+    last_beat = last_event = last_fold = time.monotonic()
     stop_reason: str | None = None  # "cancel" | "drain" | "stall"
     exit_code: int | None = None
     while True:
         events = tail.read()
         if events:
-            ingestor.ingest(events)
+            if ingestor.ingest(events) and time.monotonic() - last_fold > FOLD_EVERY_S:
+                _fold_rollups(engine, job_id)
+                last_fold = time.monotonic()
             last_event = time.monotonic()
         exit_code = launched.proc.poll()
         if exit_code is not None:
@@ -133,6 +148,7 @@ def _supervise(engine, settings: Settings, job_id: int, attempt: int, spec: JobS
             last_beat = now
         time.sleep(poll)
     ingestor.ingest(tail.read())  # what the ranks wrote on their way out (final checkpoint, stopped, failed)
+    _fold_rollups(engine, job_id)
     return _record(engine, settings, job_id, attempt, spec, run, launched, ingestor, exit_code, stop_reason)
 
 
