@@ -18,9 +18,11 @@ def test_pages_redirect_to_login_and_sign_in_sets_a_strict_httponly_cookie(new_p
     assert "not this server's API token" in page.locator("#login-error").inner_text()
     assert page.locator("#token").get_attribute("aria-invalid") == "true"
 
-    page.fill("#token", service.token)
+    # Keyboard only: the token field has focus, Enter submits.
+    assert page.evaluate("() => document.activeElement.id") == "token"
+    page.keyboard.type(service.token)
     with page.expect_navigation():
-        page.click("button[type=submit]")
+        page.keyboard.press("Enter")
     assert page.url == f"{service.base}/new"  # back where we were going
     assert service.token not in page.url
     cookies = {c["name"]: c for c in page.context.cookies()}

@@ -205,8 +205,10 @@ $("#reset-zoom").addEventListener("click", () => {
 setInterval(() => { if (job && !TERMINAL.has(job.status)) renderProgress({}); }, 1000);
 
 async function main() {
+  // The charts' requests go out with the job's, not after it: that is most of the first draw.
+  const charts = loadCharts();
   const detail = await loadJob();
-  await Promise.all([loadCharts(), loadCheckpoints()]);
+  await Promise.all([charts, loadCheckpoints()]);
   if (TERMINAL.has(detail.status)) {
     $("#log-follow").checked = false;
     logs.finished = true;
