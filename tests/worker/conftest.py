@@ -1,36 +1,3 @@
-"""Fixtures for the worker tests: real Celery workers as subprocesses (stopped by process group) and a
-live API whose settings those workers share."""
+"""Fixtures for the worker tests (defined in wk_fixtures.py, shared with tests/cli)."""
 
-from __future__ import annotations
-
-import signal
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
-
-import pytest
-from wk_helpers import Client, Workers
-
-
-@pytest.fixture
-def workers(tmp_path: Path) -> Iterator[Workers]:
-    w = Workers(tmp_path)
-    yield w
-    for proc in w.procs:
-        # SIGKILL the whole group: the worker, its pool and (same session) torchrun.
-        w.stop(proc, signal.SIGKILL)
-
-
-@pytest.fixture
-def service(api_settings: Callable[..., Any], live_api: Callable[..., str]) -> Callable[..., tuple[Any, Client]]:
-    """`service(**settings_overrides) -> (settings, client)`: a live API; start workers with `workers`."""
-
-    def start(**overrides: Any) -> tuple[Any, Client]:
-        overrides.setdefault("gpus", "")
-        overrides.setdefault("cancel_grace_s", 5.0)
-        overrides.setdefault("heartbeat_s", 1.0)
-        settings = api_settings(**overrides)
-        base = live_api(settings)
-        return settings, Client(base, settings.token())
-
-    return start
+from wk_fixtures import service, workers  # noqa: F401

@@ -1,0 +1,77 @@
+"""`rankzero` as a user runs it: a real process talking REST to a live API and a real worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from wk_helpers import ROOT, fake_spec
+
+RANKZERO = str(Path(sys.executable).with_name("rankzero"))
+
+
+def _cli(*args: str, url: str | None = None, token: str | None = None, env: dict | None = None, timeout: float = 90):  # noqa: ANN202
+    e = dict(os.environ) | (env or {})
+    if url:
+        e["RANKZERO_URL"] = url
+    if token:
+        e["RANKZERO_API_TOKEN"] = token
+    e["COLUMNS"] = "200"
+    return subprocess.run([RANKZERO, *args], capture_output=True, text=True, env=e, cwd=ROOT, timeout=timeout)
+
+
+def test_submit_follow_jobs_show_checkpoints_download_cancel(service, workers, tmp_path):  # noqa: ANN001
+    settings, client = service()
+    workers.start(settings)
+    url, token = str(client.http.base_url).removesuffix("/api/").removesuffix("/api"), settings.token()
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump(fake_spec("cli-job", nproc=2)))
+    r = _cli("submit", str(spec), "--follow", url=url, token=token)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "job 1 queued" in r.stdout and "succeeded" in r.stdout and "loss" in r.stdout
+    r = _cli("jobs", url=url, token=token)
+    assert "cli-job" in r.stdout and "succeeded" in r.stdout
+    r = _cli("show", "1", url=url, token=token)
+    assert "timeline" in r.stdout and "running" in r.stdout
+    r = _cli("checkpoints", "1", url=url, token=token)
+    assert "step_00000020.pt" in r.stdout
+    out = tmp_path / "ck.pt"
+    r = _cli("download", "1", "-o", str(out), url=url, token=token)
+    assert r.returncode == 0 and out.exists() and "✓" in r.stdout, r.stdout + r.stderr
+    r = _cli("logs", "1", "--rank", "1", url=url, token=token)
+    assert r.returncode == 0
+    r = _cli("cancel", "1", url=url, token=token)
+    assert r.returncode == 1 and "error" in r.stderr  # already finished: the API says 409
+
+
+def test_bad_token_and_unreachable_server_say_what_to_do(service):  # noqa: ANN001
+    _, client = service()
+    url = str(client.http.base_url).removesuffix("/api/").removesuffix("/api")
+    r = _cli("jobs", url=url, token="wrong")
+    assert r.returncode == 1 and "RANKZERO_API_TOKEN" in r.stderr
+    r = _cli("jobs", url="http://127.0.0.1:9", token="x")
+    assert r.returncode == 1 and "rankzero up" in r.stderr
+
+
+def test_invalid_spec_shows_the_field(service, tmp_path):  # noqa: ANN001
+    settings, client = service()
+    url = str(client.http.base_url).removesuffix("/api/").removesuffix("/api")
+    spec = tmp_path / "bad.json"
+    spec.write_text(json.dumps(fake_spec(optimizer={"lr": -1})))
+    r = _cli("submit", str(spec), url=url, token=settings.token())
+    assert r.returncode == 1 and "optimizer.lr" in r.stderr
+
+
+def test_schema_prints_the_job_spec_schema():
+    r = _cli("schema")
+    assert r.returncode == 0 and "JobSpec" in json.loads(r.stdout)["title"]
+
+
+def test_api_refuses_public_bind_without_token(tmp_path):  # noqa: ANN001
+    e = {k: v for k, v in os.environ.items() if k != "RANKZERO_API_TOKEN"} | {"RANKZERO_DATA_DIR": str(tmp_path)}
+    r = subprocess.run([RANKZERO, "api", "--host", "0.0.0.0", "--port", "8799"], capture_output=True, text=True, env=e, timeout=60)
+    assert r.returncode == 2 and "RANKZERO_API_TOKEN" in r.stderr
