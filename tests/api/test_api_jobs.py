@@ -32,7 +32,8 @@ def test_list_pages_newest_first_and_filters(client: TestClient, spec: dict, mak
     both = client.get("/api/jobs", params=[("status", "running"), ("status", "failed")]).json()
     assert {j["name"] for j in both["items"]} == {"beta", "gamma"}
     assert client.get("/api/jobs", params={"name": "alpha"}).json()["total"] == 5
-    assert client.get("/api/jobs", params={"name": "%"}).json()["total"] == 0  # LIKE wildcards are literal
+    assert client.get("/api/jobs", params={"name": "_"}).json()["total"] == 0  # LIKE wildcards are literal
+    assert client.get("/api/jobs", params={"name": "%"}).status_code == 422  # not a job-name character
     assert client.get("/api/jobs", params={"status": "bogus"}).status_code == 422
 
 
