@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from wk_helpers import ROOT, fake_spec
 
 
@@ -218,3 +219,39 @@ def test_stalled_rank_is_failed_by_watchdog(service, workers, tmp_path):  # noqa
     done = client.wait_terminal(job["id"], 60)
     assert done["status"] == "failed" and "stall_timeout_s" in done["error"]
     assert not [p for p in (int(x.name) for x in pid_dir.iterdir()) if _alive(p)]
+
+
+@pytest.mark.redis
+def test_job_outliving_redis_visibility_timeout_launches_once(service, workers, monkeypatch):  # noqa: ANN001
+    import secrets
+
+    import redis
+
+    url = f"redis://127.0.0.1:6379/{8 + secrets.randbelow(8)}"
+    try:
+        redis.Redis.from_url(url).ping()
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"Redis on 127.0.0.1:6379 is not reachable: {exc}")
+    queue = f"rankzero-test-{secrets.token_hex(4)}"
+    monkeypatch.setenv("RANKZERO_QUEUE", queue)
+    monkeypatch.setenv("RANKZERO_VISIBILITY_TIMEOUT_S", "2")
+    try:
+        settings, client = service(broker_url=url)
+        workers.start(settings, pool="threads", concurrency=2, extra_env={"RANKZERO_QUEUE": queue, "RANKZERO_VISIBILITY_TIMEOUT_S": "2"})
+        job = client.submit(fake_spec(max_steps=100, args={"step_s": 0.12}))  # ~12 s: several visibility timeouts
+        client.wait(job["id"], lambda j: j["step"] >= 30, 60, "step 30")
+        # A second worker: on start it restores messages unacked past the visibility timeout.
+        workers.start(settings, pool="threads", concurrency=2, extra_env={"RANKZERO_QUEUE": queue, "RANKZERO_VISIBILITY_TIMEOUT_S": "2"})
+        done = client.wait_terminal(job["id"], 90)
+        assert done["status"] == "succeeded" and done["attempt"] == 1
+        run = Path(settings.resolved_runs_dir) / f"job_{job['id']}"
+        started = [e for e in map(json.loads, (run / "events.jsonl").read_text().splitlines()) if e["type"] == "started"]
+        assert len(started) == 1
+        logs = workers.log(0) + workers.log(1)
+        assert logs.count("torchrun pid") == 1
+        print("redeliveries seen:", logs.count("nothing to do"))
+    finally:
+        r = redis.Redis.from_url(url)
+        keys = [k for k in r.keys("*") if queue.encode() in k or k.startswith(b"unacked")]
+        if keys:
+            r.delete(*keys)
