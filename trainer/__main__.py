@@ -26,7 +26,29 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.spec_file import load_spec
     from trainer.train import train
 
-    return train(load_spec(args.spec), args.run_dir)
+    try:
+        spec = load_spec(args.spec)
+    except Exception as exc:  # a supervisor reading only events.jsonl still learns why
+        _report_bad_spec(args.run_dir, exc)
+        raise
+    return train(spec, args.run_dir)
+
+
+def _report_bad_spec(run_dir: str, exc: BaseException) -> None:
+    import os
+    import time
+    from pathlib import Path
+
+    from trainer.events import EventLog
+    from trainer.failures import report_failure
+    from trainer.run_dir import RunDir
+
+    rank = int(os.environ.get("RANK", "0"))
+    events = EventLog(RunDir(Path(run_dir)).events, enabled=rank == 0)
+    try:
+        report_failure(Path(run_dir), rank, 1, exc, events, since=time.time())
+    finally:
+        events.close()
 
 
 if __name__ == "__main__":

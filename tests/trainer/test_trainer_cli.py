@@ -175,6 +175,8 @@ def test_a_bad_spec_is_refused_with_the_field_named(tmp_path):
     done = run([PYTHON, "-m", "trainer", "--spec", str(write_spec(tmp_path / "bad.json", bad)), "--run-dir", str(tmp_path / "r")])
     assert done.returncode != 0
     assert "batch_size" in done.stdout and "surprise" in done.stdout
+    failed = read_events(tmp_path / "r")[-1]
+    assert failed["type"] == "failed" and failed["rank"] == 0 and "batch_size" in failed["error"]
 
 
 def test_convnet_with_batchnorm_in_bf16_autocast_on_cpu(tmp_path):
