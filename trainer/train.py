@@ -196,9 +196,9 @@ class _Run:
             if done == self.total_steps:
                 control.finish(meter.first_bad_step)
             elif control.check(done, meter.first_bad_step):
-                # Step `done` was trained and the resumed run starts after it: log it now or its points are lost.
-                if done % spec.log_every == 0:
-                    self._log(done, meter, G)
+                # Step `done` was trained and the resumed run starts after it: log the partial interval now
+                # or its loss is lost (every rank stops at this step, so the reduce lines up).
+                self._log(done, meter, G)
                 if self.val_loader is not None and self._eval_due(done):
                     self._validate(done)
                 path = self._save(done) if last_saved != done else self.run.checkpoint_path(done)
