@@ -18,10 +18,11 @@ MAX_CHUNK_BYTES = 256 * 1024
 _RANK_DIR = re.compile(r"^\d{1,4}$")
 
 
-def _ranks(run: RunDir, stream: str) -> list[int]:
-    if not run.logs.is_dir():
+def _ranks(run: RunDir, stream: str, attempt: int | None) -> list[int]:
+    base = run.attempt_logs(attempt) if attempt is not None else run.logs
+    if not base.is_dir():
         return []
-    return sorted({int(p.parent.name) for p in run.logs.glob(f"**/{stream}.log") if _RANK_DIR.match(p.parent.name)})
+    return sorted({int(p.parent.name) for p in base.glob(f"**/{stream}.log") if _RANK_DIR.match(p.parent.name)})
 
 
 @router.get("/jobs/{job_id}/logs", response_model=LogChunk, responses={404: {"model": ErrorDetail}})
@@ -34,14 +35,15 @@ def get_logs(
     offset: Annotated[int, Query(ge=0, le=2**53, description="Byte offset to read from (the previous next_offset).")] = 0,
     tail: Annotated[int | None, Query(ge=1, le=MAX_CHUNK_BYTES, description="Read only the last N bytes (ignores offset).")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_CHUNK_BYTES, description="Most bytes to return.")] = 65536,
+    attempt: Annotated[int | None, Query(ge=0, le=10_000, description="Read this attempt's logs (default: the newest log).")] = None,
 ) -> LogChunk:
     job = job_or_404(session, job_id)
     try:
         run = RunDir(run_dir_of(job, settings))
     except UnsafePath as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has no readable run dir: {exc}") from None
-    ranks = _ranks(run, stream)
-    path = run.rank_log(rank, stream) if run.logs.is_dir() else None
+    ranks = _ranks(run, stream, attempt)
+    path = run.rank_log(rank, stream, attempt) if run.logs.is_dir() else None
     if path is None:
         return LogChunk(rank=rank, stream=stream, ranks=ranks, offset=offset, next_offset=offset, text="")
     try:

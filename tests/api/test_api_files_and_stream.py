@@ -58,6 +58,9 @@ def test_logs_per_rank_with_offset_and_tail(client: TestClient, make_job, settin
     end = client.get(f"/api/jobs/{job.id}/logs", params={"rank": 0, "offset": 10**9}).json()
     assert end["text"] == "" and end["next_offset"] == tail["next_offset"]
     assert client.get(f"/api/jobs/{job.id}/logs", params={"stream": "stdout"}).json()["text"] == "out0\n"
+    assert client.get(f"/api/jobs/{job.id}/logs", params={"attempt": 1}).json()["text"].startswith("rank0 line 0")
+    assert client.get(f"/api/jobs/{job.id}/logs", params={"attempt": 2}).json() | {"ranks": None} == {
+        "rank": 0, "stream": "stderr", "ranks": None, "offset": 0, "next_offset": 0, "text": ""}
     none = client.get(f"/api/jobs/{job.id}/logs", params={"rank": 7}).json()
     assert none["text"] == "" and none["ranks"] == [0, 1]
 
