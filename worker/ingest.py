@@ -113,6 +113,7 @@ class Ingestor:
         ckpts: list[dict[str, Any]] = []
         progress: dict[str, Any] = {}
         top = self.ingested_seq
+        max_step = dict(self.max_step)  # kept only once the write commits: a failed write (database down) is retried whole
         for ev in events:
             seq = ev["seq"]
             self.outcome.last_event_seq = max(self.outcome.last_event_seq, seq)
@@ -133,9 +134,9 @@ class Ingestor:
                 name, value, step = ev.get("name"), _finite(ev.get("value")), ev.get("step")
                 if not isinstance(name, str) or value is None or not isinstance(step, int):
                     continue
-                if step <= self.max_step.get(name, -1):
+                if step <= max_step.get(name, -1):
                     continue  # a resumed attempt replaying steps we already hold
-                self.max_step[name] = step
+                max_step[name] = step
                 points.append({"job_id": self.job_id, "seq": seq, "step": step, "name": name[:200], "value": value, "time": float(ev.get("time", 0.0))})
                 if name == "train/loss":
                     progress["latest_loss"] = value
@@ -171,6 +172,7 @@ class Ingestor:
                 update(Job).where(Job.id == self.job_id).values(ingested_seq=top, heartbeat_at=utcnow(), **progress)  # type: ignore[arg-type]
             )
         self.ingested_seq = top
+        self.max_step = max_step
         self.outcome.points += len(points)
         return len(points)
 

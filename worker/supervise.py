@@ -7,11 +7,13 @@
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 import time
 from pathlib import Path
 
 from sqlalchemy import select
+from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
 from api.db import get_engine
@@ -29,6 +31,11 @@ log = logging.getLogger("rankzero.worker")
 S = JobStatus
 STOPPED_EXIT = 75  # the trainer's "checkpointed after SIGTERM" exit code
 FOLD_EVERY_S = 2.0
+# Until the trainer's `started` event (imports, data download, rendezvous) the stall watchdog waits at
+# least this long: stall_timeout_s is about training making no progress, not about a slow start.
+STARTUP_GRACE_S = 600.0
+# How long the outcome of an attempt is retried while the database is unreachable (e.g. restarting).
+DB_RETRY_S = 600.0
 
 
 def _fold_rollups(engine, job_id: int) -> None:  # noqa: ANN001
@@ -116,26 +123,43 @@ def _supervise(engine, settings: Settings, job_id: int, attempt: int, spec: JobS
     ingestor = Ingestor(engine, job_id, run.root)
     poll = config.poll_s()
     last_beat = last_event = last_fold = time.monotonic()
+    launched_at = time.time()
+    started = False  # this attempt's `started` event seen: the stall watchdog is armed
+    pending: list[dict] = []  # events read but not yet written (the database may be down)
     stop_reason: str | None = None  # "cancel" | "drain" | "stall"
     exit_code: int | None = None
     while True:
         events = tail.read()
         if events:
-            if ingestor.ingest(events) and time.monotonic() - last_fold > FOLD_EVERY_S:
-                _fold_rollups(engine, job_id)
-                last_fold = time.monotonic()
+            pending.extend(events)
             last_event = time.monotonic()
+            started = started or any(e.get("type") == "started" and float(e.get("time", 0)) >= launched_at - 1 for e in events)
         exit_code = launched.proc.poll()
         if exit_code is not None:
             exit_code = cancel.wait_gone(launched.proc, launched.mark)
             break
         now = time.monotonic()
-        status = claim.status_of(engine, job_id)
+        try:
+            if pending:
+                new = ingestor.ingest(pending)
+                pending = []
+                if new and now - last_fold > FOLD_EVERY_S:
+                    _fold_rollups(engine, job_id)
+                    last_fold = now
+            status = claim.status_of(engine, job_id)
+            if now - last_beat >= settings.heartbeat_s:
+                claim.touch_live(engine, job_id)
+                last_beat = now
+        except DBAPIError as exc:
+            # The database is unreachable (restarting?): the ranks carry on, events wait in `pending`.
+            log.warning("job %s: database unavailable, retrying (%s)", job_id, type(exc).__name__)
+            status = S.running
+        stall_limit = spec.stall_timeout_s if started or spec.stall_timeout_s is None else max(spec.stall_timeout_s, STARTUP_GRACE_S)
         if status == S.cancelling:
             stop_reason = "cancel"
         elif drain.draining(settings):
             stop_reason = "drain"
-        elif spec.stall_timeout_s is not None and now - last_event > spec.stall_timeout_s:
+        elif stall_limit is not None and now - last_event > stall_limit:
             stop_reason = "stall"
         elif status is None or status.is_terminal:
             stop_reason = "gone"  # deleted or finished under us: do not leave ranks behind
@@ -143,13 +167,19 @@ def _supervise(engine, settings: Settings, job_id: int, attempt: int, spec: JobS
             grace = settings.cancel_grace_s if stop_reason != "stall" else min(settings.cancel_grace_s, 5.0)
             exit_code = cancel.stop(launched.proc, launched.mark, grace)
             break
-        if now - last_beat >= settings.heartbeat_s:
-            claim.touch_live(engine, job_id)
-            last_beat = now
         time.sleep(poll)
-    ingestor.ingest(tail.read())  # what the ranks wrote on their way out (final checkpoint, stopped, failed)
-    _fold_rollups(engine, job_id)
-    return _record(engine, settings, job_id, attempt, spec, run, launched, ingestor, exit_code, stop_reason)
+    pending.extend(tail.read())  # what the ranks wrote on their way out (final checkpoint, stopped, failed)
+    deadline = time.monotonic() + DB_RETRY_S
+    while True:
+        try:
+            ingestor.ingest(pending)
+            _fold_rollups(engine, job_id)
+            return _record(engine, settings, job_id, attempt, spec, run, launched, ingestor, exit_code, stop_reason)
+        except DBAPIError:
+            if time.monotonic() > deadline:
+                raise
+            log.warning("job %s: database unavailable while recording the outcome; retrying", job_id)
+            time.sleep(2.0)
 
 
 def _record(engine, settings, job_id, attempt, spec, run, launched, ingestor, exit_code, stop_reason) -> str:  # noqa: ANN001
@@ -172,7 +202,15 @@ def _record(engine, settings, job_id, attempt, spec, run, launched, ingestor, ex
                                  exit_code=exit_code)  # fmt: skip
     else:
         failure = errors.diagnose(run, attempt, launched.launcher_log, exit_code)
-        if ev.failed and ev.failed.get("error"):
+        if failure.rank is not None and failure.exit_code is not None and failure.exit_code < 0:
+            # Killed by a signal: that rank wrote no error of its own, and rank 0's `failed` event
+            # would only echo it (a broken connection), so torchrun's root cause names the rank.
+            try:
+                name = signal.Signals(-failure.exit_code).name
+            except ValueError:
+                name = f"signal {-failure.exit_code}"
+            failure.message = f"killed by {name} (out of memory, or killed from outside); torchrun stopped the other ranks"
+        elif ev.failed and ev.failed.get("error"):
             failure.message = str(ev.failed["error"])
             if isinstance(ev.failed.get("rank"), int):
                 failure.rank = ev.failed["rank"]
@@ -184,6 +222,10 @@ def _record(engine, settings, job_id, attempt, spec, run, launched, ingestor, ex
         if outcome.requeue(engine, job_id, detail=detail, failed_rank=failure.rank, exit_code=failure.exit_code):
             dispatch.enqueue(job_id, settings)
             return f"job {job_id}: restarting"
-    outcome.finish(engine, job_id, S.failed, detail=failure.message[:500], error=failure.text(),
+    error = failure.text()
+    latest = _latest_checkpoint(engine, job_id, run)
+    if latest is not None:
+        error += f"\nlatest intact checkpoint: {latest.relative_to(run.root.resolve())} (resubmit with resume_from set to it)"
+    outcome.finish(engine, job_id, S.failed, detail=failure.message[:500], error=error,
                    failed_rank=failure.rank, exit_code=failure.exit_code)  # fmt: skip
     return f"job {job_id}: failed"
