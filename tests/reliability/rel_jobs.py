@@ -1,0 +1,84 @@
+"""Job specs for the fault tests (the real trainer on tiny data) and what a finished job should hold."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+USER_CODE = "rel_user_code"  # RANKZERO_ALLOWED_CODE of the tests' API
+
+
+def seconds(name: str, default: float) -> float:
+    """A duration a test may be told to stretch, e.g. RANKZERO_REL_REDIS_OUTAGE_S=60 for the full minute."""
+    raw = os.environ.get(name)
+    return float(raw) if raw else default
+
+
+def slow_spec(name: str, *, step_s: float = 0.1, max_steps: int = 40, every: int = 10, **kw: Any) -> dict[str, Any]:
+    """The MLP on digits, `step_s` seconds per micro-batch, a loss point every step, a checkpoint every `every` steps."""
+    spec: dict[str, Any] = {
+        "name": name,
+        "model": {"name": f"{USER_CODE}:slow_mlp", "args": {"step_s": step_s, "hidden": 32}},
+        "data": {"name": "digits"},
+        "batch_size": 16, "nproc": 2, "device": "cpu", "max_steps": max_steps, "log_every": 1, "eval_every": 1000,
+        "checkpoint": {"every_steps": every, "every_epochs": None, "keep_last": 3},
+    }  # fmt: skip
+    spec.update(kw)
+    return spec
+
+
+def points(client: Any, job_id: int, name: str = "train/loss") -> list[int]:
+    """Steps of a job's series as the API serves them (no downsampling at this size)."""
+    body = client.http.get(f"/jobs/{job_id}/metrics", params={"name": name, "max_points": 100000}).json()
+    return [p["step"] for p in body["series"][0]["points"]] if body["series"] else []
+
+
+def events(run_dir: Path) -> list[dict[str, Any]]:
+    lines = (run_dir / "events.jsonl").read_text().splitlines()
+    return [json.loads(x) for x in lines if x.strip()]
+
+
+def run_dir(settings: Any, job_id: int) -> Path:
+    return Path(settings.resolved_runs_dir) / f"job_{job_id}"
+
+
+def wait(cond: Callable[[], Any], timeout: float, what: str, every: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(every)
+
+
+def reference_weights(spec: dict[str, Any], tmp: Path) -> dict[str, Any]:
+    """The final model weights of an uninterrupted run of `spec`, trained in this process as one rank
+    with nproc × accumulation_steps micro-batches (the same samples per step: DESIGN's layout promise)."""
+    import torch
+
+    from trainer.spec import JobSpec
+    from trainer.train import train
+
+    ref = json.loads(json.dumps(spec))
+    ref["accumulation_steps"] = spec.get("accumulation_steps", 1) * spec["nproc"]
+    ref["nproc"] = 1
+    ref["model"]["args"]["step_s"] = 0.0
+    assert train(JobSpec.model_validate(ref), tmp) == 0
+    final = tmp / "checkpoints" / f"step_{spec['max_steps']:08d}.pt"
+    return torch.load(final, map_location="cpu", weights_only=True)["model"]
+
+
+def assert_same_weights(final_ckpt: Path, reference: dict[str, Any]) -> None:
+    import torch
+
+    got = torch.load(final_ckpt, map_location="cpu", weights_only=True)["model"]
+    assert got.keys() == reference.keys()
+    for key, value in reference.items():
+        # DDP on 2 ranks vs accumulation in 1: the same sums in another order, so float rounding only.
+        assert torch.allclose(got[key], value, rtol=1e-5, atol=1e-6), f"{key} differs from the uninterrupted run"

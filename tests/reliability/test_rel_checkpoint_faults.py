@@ -1,0 +1,114 @@
+"""Fault 7: the disk fills up, or rank 0 is killed between writing a checkpoint and renaming it.
+The previous checkpoint must still load and still be the one listed."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rel_jobs import events, points, run_dir, slow_spec, wait
+from rel_procs import wait_ranks
+
+
+def _listed(client: Any, job_id: int) -> list[dict[str, Any]]:
+    return sorted(client.http.get(f"/jobs/{job_id}/checkpoints").json(), key=lambda c: c["step"])
+
+
+def _loads_and_matches(path: Path, sha256: str) -> None:
+    import torch
+
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == sha256
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    assert {"model", "optimizer", "step"} <= ckpt.keys()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):  # noqa: ANN201
+    """`mount(dir)`: a tmpfs of our own over `dir` (1 MiB, shrinkable with `resize`); unmounted after."""
+    mounted: list[Path] = []
+
+    class Disk:
+        def mount(self, where: Path) -> None:
+            where.mkdir(parents=True, exist_ok=True)
+            done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", str(where)], capture_output=True, text=True)
+            if done.returncode != 0:
+                pytest.skip(f"cannot mount a small tmpfs here (needs root / CAP_SYS_ADMIN): {done.stderr.strip()}")
+            mounted.append(where)
+
+        def resize(self, where: Path, size: int) -> None:
+            subprocess.run(["mount", "-o", f"remount,size={size}", str(where)], check=True, capture_output=True)
+
+    yield Disk()
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], check=False, capture_output=True)
+
+
+def test_disk_full_during_checkpoint_keeps_the_previous_one(service, workers, small_disk) -> None:  # noqa: ANN001
+    settings, client = service()
+    job = client.submit(slow_spec("disk-full", max_steps=400, every=10, max_restarts=0))
+    ckpt_dir = run_dir(settings, job["id"]) / "checkpoints"
+    small_disk.mount(ckpt_dir)  # before any worker exists, so the job's checkpoints land on it
+    workers.start(settings)
+    first = wait(lambda: _listed(client, job["id"]), 120, "the first checkpoint to be listed")[0]
+    used = sum(p.stat().st_size for p in ckpt_dir.iterdir())
+    # Room for half of one more checkpoint: the next save runs out of space mid-write.
+    small_disk.resize(ckpt_dir, ((used + first["bytes"] // 2) // 4096 + 1) * 4096)
+
+    done = client.wait_terminal(job["id"], 90)
+    assert done["status"] == "failed", done
+    assert "No space left on device" in done["error"], done["error"]
+    assert f"{Path(first['path']).name} is intact" in done["error"], done["error"]
+    listed = _listed(client, job["id"])
+    assert [c["step"] for c in listed] == [first["step"]], listed
+    assert sorted(p.name for p in ckpt_dir.iterdir()) == [Path(first["path"]).name], "a half-written file was left behind"
+    _loads_and_matches(run_dir(settings, job["id"]) / first["path"], first["sha256"])
+
+
+def _catch_between_write_and_rename(ckpt_dir: Path, rank0: int, timeout: float) -> int:
+    """Freeze rank 0 while a checkpoint's temp file exists and its final name does not, then kill it.
+    Returns the step of the checkpoint it was writing. SIGSTOP first: the check after it is then race-free."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        temp = [n for n in os.listdir(ckpt_dir) if n.startswith(".step_") and ".tmp-" in n]
+        if not temp:
+            continue
+        os.kill(rank0, signal.SIGSTOP)
+        step = int(temp[0].split("_")[1].split(".")[0])  # .step_00000030.pt.tmp-123 → 30
+        if (ckpt_dir / temp[0]).exists() and not (ckpt_dir / f"step_{step:08d}.pt").exists():
+            os.kill(rank0, signal.SIGKILL)
+            return step
+        os.kill(rank0, signal.SIGCONT)  # the rename won the race; wait for the next checkpoint
+        time.sleep(0.5)
+    raise AssertionError("never caught a checkpoint between write and rename")
+
+
+def test_kill_between_write_and_rename_keeps_the_previous_one(service, workers) -> None:  # noqa: ANN001
+    settings, client = service()
+    workers.start(settings)
+    # A wider model makes each checkpoint ~17 MB, so the write → fsync → rename window is wide enough to hit.
+    spec = slow_spec("torn-checkpoint", step_s=0.02, max_steps=60, every=10, max_restarts=1)
+    spec["model"]["args"]["hidden"] = [2048, 2048]
+    job = client.submit(spec)
+    ckpt_dir = run_dir(settings, job["id"]) / "checkpoints"
+    rank0 = wait_ranks(settings.resolved_runs_dir, job["id"], 2, attempt=1)[0]
+    wait(lambda: _listed(client, job["id"]), 120, "a first checkpoint")
+    caught = _catch_between_write_and_rename(ckpt_dir, rank0, 60)
+    listed = wait(lambda: client.job(job["id"])["attempt"] == 2 and _listed(client, job["id"]), 60, "the restart")
+    previous = listed[-1]
+    assert previous["step"] == caught - 10, (caught, listed)
+
+    done = client.wait_terminal(job["id"], 150)
+    assert done["status"] == "succeeded" and done["attempt"] == 2, done
+    starts = [e["start_step"] for e in events(run_dir(settings, job["id"])) if e["type"] == "started"]
+    assert starts == [0, caught - 10], f"attempt 2 must resume from the checkpoint before the torn one ({starts})"
+    listed = _listed(client, job["id"])
+    assert listed[-1]["step"] == 60
+    for row in listed:
+        _loads_and_matches(run_dir(settings, job["id"]) / row["path"], row["sha256"])
+    assert points(client, job["id"]) == list(range(1, 61))
