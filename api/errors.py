@@ -1,4 +1,4 @@
-"""Error responses: FastAPI's 422 shape, made safe to encode.
+"""Error responses: FastAPI's 422 shape made safe to encode, and 503 while the database is away.
 
 FastAPI echoes the offending input in each error; when that input is NaN or infinity (refused
 precisely because JSON cannot carry it) the default handler would fail to encode its own answer
@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 
 def _finite_json(value: Any) -> Any:
@@ -30,5 +31,13 @@ async def validation_error(_request: Request, exc: RequestValidationError) -> JS
     return JSONResponse({"detail": _finite_json(jsonable_encoder(exc.errors()))}, status_code=422)
 
 
+async def database_unavailable(_request: Request, _exc: Exception) -> JSONResponse:
+    # A database restart or failover: a 503 the client may retry, rather than an opaque 500.
+    return JSONResponse({"detail": "the database is unavailable right now; retry in a few seconds"},
+                        status_code=503, headers={"Retry-After": "5"})
+
+
 def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(OperationalError, database_unavailable)
+    app.add_exception_handler(InterfaceError, database_unavailable)

@@ -74,3 +74,21 @@ def test_health_and_schema(client: TestClient, anon_client: TestClient) -> None:
     schema = client.get("/api/schema/job-spec").json()
     assert "nproc" in schema["properties"]
     assert client.get("/openapi.json").status_code == 200
+
+
+def test_database_gone_is_503_not_500(api_settings, pg_url: str, auth_headers: dict) -> None:  # noqa: ANN001
+    import psycopg
+
+    from api.app import create_app
+    from api.db import get_engine
+
+    app = create_app(api_settings(database_url=pg_url))
+    with TestClient(app, headers=auth_headers, raise_server_exceptions=False) as c:
+        assert c.get("/api/jobs").status_code == 200
+        get_engine(pg_url).dispose()
+        name = pg_url.rsplit("/", 1)[1]
+        with psycopg.connect("host=127.0.0.1 user=postgres dbname=postgres", autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        r = c.get("/api/jobs")
+        assert r.status_code == 503 and r.headers["retry-after"] == "5" and "retry" in r.json()["detail"]
+        assert c.get("/api/health").status_code == 503
