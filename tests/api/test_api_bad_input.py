@@ -208,3 +208,11 @@ def test_unstorable_text_is_refused_and_nothing_breaks(client: TestClient, spec:
     done = make_job(status=JobStatus.succeeded)
     r = client.get(f"/api/jobs/{done.id}/stream", headers={"Last-Event-ID": "²".encode("latin-1")})
     assert r.status_code == 200 and "event: end" in r.text
+
+
+def test_json_depth_ignores_brackets_inside_strings() -> None:
+    from api.limits import json_depth
+
+    assert json_depth(b'{"a": "[[[[{{{{", "b": [1, {"c": "]]]\\"[["}]}') == 3
+    assert json_depth(b"[" * 40 + b"]" * 40) == 40
+    assert json_depth(b'"just a string"') == 0
