@@ -10,7 +10,7 @@ import secrets
 import time
 
 import pytest
-from wk_helpers import TERMINAL
+from wk_helpers import TERMINAL, alive, run_pids
 
 REDIS = "redis://127.0.0.1:6379/{db}"
 
@@ -73,17 +73,16 @@ def test_ddp_and_accumulation_jobs_succeed(service, workers, backend):  # noqa: 
 
 
 def test_cancel_real_job(service, workers):  # noqa: ANN001
-    from test_supervisor import _alive, _job_pids
 
     settings, client = service(cancel_grace_s=5.0)
     workers.start(settings, fake=False)
     job = client.submit(_spec("long", nproc=2, max_steps=100000))
     client.wait(job["id"], lambda j: j["status"] == "running" and j["step"] > 0, 90, "first steps")
-    launched = _job_pids(job["id"])
+    launched = run_pids(workers.token, job["id"])
     assert launched
     t0 = time.monotonic()
     client.http.post(f"/jobs/{job['id']}/cancel").raise_for_status()
     done = client.wait(job["id"], lambda j: j["status"] in TERMINAL, 10, "cancelled")
     assert done["status"] == "cancelled" and time.monotonic() - t0 < 10
-    left = [p for p in launched if _alive(p)]
-    assert not left and not _job_pids(job["id"])
+    left = [p for p in launched if alive(p)]
+    assert not left and not run_pids(workers.token, job["id"])

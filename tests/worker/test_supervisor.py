@@ -11,31 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from wk_helpers import ROOT, fake_spec
+from wk_helpers import ROOT, alive, fake_spec, run_pids
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def _job_pids(job_id: int) -> list[int]:
-    """Live processes (torchrun and ranks) the worker launched for `job_id`, by their environment mark."""
-    prefix = f"RANKZERO_JOB_MARK={job_id}-".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                env = (entry / "environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if any(v.startswith(prefix) for v in env) and _alive(int(entry.name)):
-                found.append(int(entry.name))
-    return found
+    return alive(pid)
 
 
 def test_cancel_running_job_leaves_no_process(service, workers, tmp_path):  # noqa: ANN001
@@ -44,7 +24,7 @@ def test_cancel_running_job_leaves_no_process(service, workers, tmp_path):  # no
     pid_dir = tmp_path / "pids"
     job = client.submit(fake_spec(max_steps=100000, args={"step_s": 0.1, "pid_dir": str(pid_dir)}, nproc=2))
     client.wait(job["id"], lambda j: j["status"] == "running" and j["step"] >= 2, 60, "running")
-    launched = _job_pids(job["id"])
+    launched = run_pids(workers.token, job["id"])
     assert len(launched) >= 3  # torchrun + 2 ranks
     rank_pids = [int(p.name) for p in pid_dir.iterdir()]
     assert len(rank_pids) == 2
@@ -198,7 +178,7 @@ def test_killed_worker_host_job_resumes_on_another(service, workers, tmp_path): 
     w = workers.start(settings, extra_env={"RANKZERO_STALE_AFTER_S": "3"})
     job = client.submit(fake_spec(max_steps=60, max_restarts=1, args={"step_s": 0.1, "pid_dir": str(pid_dir)}))
     client.wait(job["id"], lambda j: j["step"] >= 12, 60, "step 12")
-    launched = _job_pids(job["id"])
+    launched = run_pids(workers.token, job["id"])
     # The host dies: the worker, torchrun and the ranks, all at once.
     workers.stop(w, signal.SIGKILL)
     for pid in launched:
@@ -255,3 +235,20 @@ def test_job_outliving_redis_visibility_timeout_launches_once(service, workers, 
         keys = [k for k in r.keys("*") if queue.encode() in k or k.startswith(b"unacked")]
         if keys:
             r.delete(*keys)
+
+
+def test_sigkilled_rank_fails_job_naming_rank_and_exit_code(service, workers, tmp_path):  # noqa: ANN001
+    import signal
+
+    settings, client = service()
+    workers.start(settings)
+    pid_dir = tmp_path / "pids"
+    job = client.submit(fake_spec(nproc=2, max_steps=100000, args={"step_s": 0.1, "pid_dir": str(pid_dir)}))
+    client.wait(job["id"], lambda j: j["step"] >= 2, 60, "step 2")
+    launched = run_pids(workers.token, job["id"])
+    rank1 = next(int(p.name) for p in pid_dir.iterdir() if p.read_text().split()[0] == "1")
+    os.kill(rank1, signal.SIGKILL)
+    done = client.wait_terminal(job["id"], 60)
+    assert done["status"] == "failed" and done["failed_rank"] == 1 and done["exit_code"] == -9, done
+    assert "SIGKILL" in done["error"] or "Signal 9" in done["error"]
+    assert not [p for p in launched if _alive(p)]

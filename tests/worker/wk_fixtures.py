@@ -3,13 +3,15 @@ live API whose settings those workers share."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from wk_helpers import Client, Workers
+from wk_helpers import Client, Workers, run_pids
 
 
 @pytest.fixture
@@ -17,8 +19,11 @@ def workers(tmp_path: Path) -> Iterator[Workers]:
     w = Workers(tmp_path)
     yield w
     for proc in w.procs:
-        # SIGKILL the whole group: the worker, its pool and (same session) torchrun.
-        w.stop(proc, signal.SIGKILL)
+        w.stop(proc, signal.SIGKILL)  # the worker's group
+    # torchrun and ranks live in sessions of their own: find them by this test's token.
+    for pid in run_pids(w.token):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture

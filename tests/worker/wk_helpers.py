@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -44,10 +45,14 @@ class Workers:
     def __init__(self, tmp_path: Path) -> None:
         self.tmp_path = tmp_path
         self.procs: list[subprocess.Popen[bytes]] = []
+        # Inherited by the workers, torchrun and every rank: tells this test's processes apart from
+        # any other run's on the same machine (other suites launch job 1 too).
+        self.token = secrets.token_hex(8)
 
     def start(self, settings: Any, *, fake: bool = True, pool: str = "solo", concurrency: int = 1, name: str | None = None,
               extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:  # fmt: skip
         env = settings_env(settings, **(extra_env or {}))
+        env["RANKZERO_TEST_RUN"] = self.token
         if fake:
             env["RANKZERO_TRAINER_MODULE"] = "fake_trainer"
         n = len(self.procs)
@@ -107,3 +112,32 @@ def fake_spec(name: str = "fake", **kw: Any) -> dict[str, Any]:
     spec.update(kw)
     return spec
 
+
+
+def _env_of(pid: str) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def run_pids(token: str, job_id: int | None = None) -> list[int]:
+    """Live processes started under one Workers (optionally: only job `job_id`'s torchrun and ranks)."""
+    mine = f"RANKZERO_TEST_RUN={token}".encode()
+    job = f"RANKZERO_JOB_MARK={job_id}-".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        env = _env_of(entry.name)
+        if mine in env and (job_id is None or any(v.startswith(job) for v in env)) and alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
