@@ -16,9 +16,9 @@ REDIS = "redis://127.0.0.1:6379/{db}"
 
 
 def _spec(name: str, **kw):  # noqa: ANN003, ANN202
-    spec = {"name": name, "model": {"name": "mlp"}, "data": {"name": "digits"}, "batch_size": 16, "max_steps": 40,
-            "device": "cpu", "log_every": 5, "optimizer": {"name": "sgd", "lr": 0.1},
-            "checkpoint": {"every_steps": 20, "every_epochs": None}}  # fmt: skip
+    spec = {"name": name, "model": {"name": "mlp"}, "data": {"name": "digits"}, "batch_size": 16, "max_steps": 24,
+            "device": "cpu", "log_every": 3, "optimizer": {"name": "sgd", "lr": 0.1},
+            "checkpoint": {"every_steps": 12, "every_epochs": None}}  # fmt: skip
     spec.update(kw)
     return spec
 
@@ -48,13 +48,13 @@ def backend(request, monkeypatch, tmp_path):  # noqa: ANN001, ANN201
 def _check_succeeded(client, job_id: int) -> None:  # noqa: ANN001
     job = client.job(job_id)
     assert job["status"] == "succeeded", job
-    assert job["step"] == 40 and job["latest_loss"] is not None
+    assert job["step"] == 24 and job["latest_loss"] is not None
     series = client.http.get(f"/jobs/{job_id}/metrics", params={"name": "train/loss"}).json()["series"][0]
     values = [p["value"] for p in series["points"]]
     assert len(values) == 8 and values[-1] < values[0], values
     ckpts = client.http.get(f"/jobs/{job_id}/checkpoints").json()
     latest = max(ckpts, key=lambda c: c["step"])
-    assert latest["step"] == 40
+    assert latest["step"] == 24
     body = client.http.get(f"/checkpoints/{latest['id']}/download").content
     assert hashlib.sha256(body).hexdigest() == latest["sha256"] and len(body) == latest["bytes"]
 

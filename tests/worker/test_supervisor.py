@@ -157,7 +157,7 @@ def test_graceful_worker_stop_requeues_and_resumes(service, workers):  # noqa: A
 
     settings, client = service()
     w = workers.start(settings, pool="threads", concurrency=2)
-    job = client.submit(fake_spec(max_steps=60, args={"step_s": 0.1}))
+    job = client.submit(fake_spec(max_steps=40, args={"step_s": 0.1}))
     client.wait(job["id"], lambda j: j["step"] >= 12, 60, "step 12")
     os.kill(w.pid, signal.SIGTERM)  # a deploy: warm shutdown of the worker process only
     w.wait(timeout=30)
@@ -167,7 +167,7 @@ def test_graceful_worker_stop_requeues_and_resumes(service, workers):  # noqa: A
     done = client.wait_terminal(job["id"], 90)
     assert done["status"] == "succeeded" and done["attempt"] == 2
     steps = [p["step"] for p in client.http.get(f"/jobs/{job['id']}/metrics", params={"name": "train/loss"}).json()["series"][0]["points"]]
-    assert steps == list(range(1, 61))
+    assert steps == list(range(1, 41))
 
 
 def test_killed_worker_host_job_resumes_on_another(service, workers, tmp_path):  # noqa: ANN001
@@ -176,7 +176,7 @@ def test_killed_worker_host_job_resumes_on_another(service, workers, tmp_path): 
     settings, client = service()
     pid_dir = tmp_path / "pids"
     w = workers.start(settings, extra_env={"RANKZERO_STALE_AFTER_S": "3"})
-    job = client.submit(fake_spec(max_steps=60, max_restarts=1, args={"step_s": 0.1, "pid_dir": str(pid_dir)}))
+    job = client.submit(fake_spec(max_steps=40, max_restarts=1, args={"step_s": 0.1, "pid_dir": str(pid_dir)}))
     client.wait(job["id"], lambda j: j["step"] >= 12, 60, "step 12")
     launched = run_pids(workers.token, job["id"])
     # The host dies: the worker, torchrun and the ranks, all at once.
@@ -188,7 +188,7 @@ def test_killed_worker_host_job_resumes_on_another(service, workers, tmp_path): 
     done = client.wait_terminal(job["id"], 90)
     assert done["status"] == "succeeded" and done["attempt"] == 2, done
     steps = [p["step"] for p in client.http.get(f"/jobs/{job['id']}/metrics", params={"name": "train/loss"}).json()["series"][0]["points"]]
-    assert steps == list(range(1, 61))
+    assert steps == list(range(1, 41))
 
 
 def test_stalled_rank_is_failed_by_watchdog(service, workers, tmp_path):  # noqa: ANN001
