@@ -8,6 +8,7 @@ ranks launch and wait at the same steps, so they all read the same sums and act 
 
 from __future__ import annotations
 
+import math
 import signal
 from types import FrameType
 
@@ -60,7 +61,7 @@ class RunControl:
     def _act_on(self, vec: torch.Tensor) -> bool:
         values = vec.tolist()
         for rank, bad_step in enumerate(values[1:]):
-            if bad_step > 0:
+            if math.isfinite(bad_step):
                 raise NonFiniteLoss(int(bad_step), rank)
         return values[0] > 0
 
