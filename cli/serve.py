@@ -39,11 +39,10 @@ def worker_argv(concurrency: int, pool: str, loglevel: str = "info") -> list[str
 
 def run_worker(settings: Settings, concurrency: int | None, pool: str, loglevel: str = "info") -> None:
     """Migrate, then run a Celery worker in this process until it is stopped."""
-    from worker.celery_app import make_celery
+    from worker.celery_app import app  # built from the same environment as `settings`
     from worker.lifecycle import prepare
 
     prepare(settings)
-    app = make_celery(settings)
     app.worker_main(worker_argv(concurrency or default_concurrency(settings), pool, loglevel))
 
 

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+from datetime import datetime, timezone
 
 from celery import Celery
+from sqlalchemy import update
 
+from api.db import get_engine
 from api.settings import Settings
+from api.tables import Job, JobStatus
 from worker import config
 from worker.celery_app import TASK_RUN_JOB, make_celery
 
+log = logging.getLogger("rankzero.worker")
+# The heartbeat of a queued job whose message could not be sent (broker down): long stale, so the
+# recovery sweep (worker/recover.py) dispatches it again once the broker is back.
+UNDISPATCHED = datetime(2000, 1, 1, tzinfo=timezone.utc)
 _lock = threading.Lock()
 _producers: dict[str, Celery] = {}
 
@@ -32,3 +41,20 @@ def enqueue(job_id: int, settings: Settings) -> None:
         retry=True,
         retry_policy={"max_retries": 5, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 3},
     )
+
+
+def mark_undispatched(job_id: int, settings: Settings) -> None:
+    """Note on the row that job `job_id` (still queued) has no message: the recovery sweep resends it."""
+    with get_engine(settings.resolved_database_url).begin() as conn:
+        conn.execute(update(Job).where(Job.id == job_id, Job.status == JobStatus.queued).values(heartbeat_at=UNDISPATCHED))  # type: ignore[arg-type]
+
+
+def enqueue_or_defer(job_id: int, settings: Settings) -> bool:
+    """`enqueue`, or when the broker is unreachable leave the job for the recovery sweep to resend. True: sent."""
+    try:
+        enqueue(job_id, settings)
+        return True
+    except Exception as exc:  # noqa: BLE001 - any broker failure: the database row stays the truth
+        log.warning("job %s: broker unreachable (%s); the recovery sweep will dispatch it", job_id, exc)
+        mark_undispatched(job_id, settings)
+        return False

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 from sqlmodel import Session
 
 from api.db import get_engine
@@ -43,19 +44,19 @@ def recover_once(settings: Settings) -> list[int]:
     with Session(engine) as s:
         rows = s.execute(select(Job.id, Job.status, Job.heartbeat_at, Job.attempt, Job.spec).where(
             Job.status.in_([S.starting, S.running, S.cancelling, S.queued]))).all()  # type: ignore[attr-defined]
-    for job_id, status, beat, attempt, spec in rows:
-        beat = _aware(beat)
+    for job_id, status, raw_beat, attempt, spec in rows:
+        beat = _aware(raw_beat)
         if beat is None or beat > cutoff:
             continue
         status = JobStatus(status)
         since = f"no heartbeat since {beat.isoformat(timespec='seconds')}"
         with Session(engine) as s:
             if status == S.queued:
-                won = s.execute(update(Job).where(Job.id == job_id, Job.status == S.queued, Job.heartbeat_at == beat)
+                won = s.execute(update(Job).where(Job.id == job_id, Job.status == S.queued, Job.heartbeat_at == raw_beat)
                                 .values(heartbeat_at=None)).rowcount == 1  # type: ignore[arg-type]
                 s.commit()
                 if won:
-                    dispatch.enqueue(job_id, settings)
+                    dispatch.enqueue_or_defer(job_id, settings)
                     touched.append(job_id)
                 continue
             if status == S.cancelling:
@@ -77,19 +78,30 @@ def recover_once(settings: Settings) -> list[int]:
             touched.append(job_id)
             log.warning("job %s: recovered (%s, was %s)", job_id, since, status.value)
             if status in (S.starting, S.running) and attempt <= restarts:
-                dispatch.enqueue(job_id, settings)
+                dispatch.enqueue_or_defer(job_id, settings)
     return touched
 
 
 def start_recovery_thread(settings: Settings, stop: threading.Event) -> threading.Thread:
     """Sweep now and then every stale-threshold/2 until `stop` is set (a daemon thread of the worker)."""
-    interval = max(1.0, config.stale_after_s(settings.heartbeat_s) / 2)
+    stale = config.stale_after_s(settings.heartbeat_s)
+    interval = max(1.0, stale / 2)
 
     def loop() -> None:
+        # Heartbeats only mean something while the database is reachable: after an outage every job
+        # looks silent. So jobs are judged only once this sweeper has reached the database for a whole
+        # stale period, by which time live supervisors have written their heartbeats again.
+        healthy_since: float | None = None
         while not stop.is_set():
             try:
-                recover_once(settings)
+                if healthy_since is None:
+                    with get_engine(settings.resolved_database_url).connect() as conn:
+                        conn.execute(text("SELECT 1"))
+                    healthy_since = time.monotonic()
+                if time.monotonic() - healthy_since >= stale:
+                    recover_once(settings)
             except Exception:  # the database may be restarting; the next sweep tries again
+                healthy_since = None
                 log.exception("recovery sweep failed; retrying in %.0f s", interval)
             stop.wait(interval)
 

@@ -191,7 +191,7 @@ def _record(engine, settings, job_id, attempt, spec, run, launched, ingestor, ex
         return f"job {job_id}: row left the live states; ranks stopped"
     if stop_reason == "drain":
         outcome.requeue(engine, job_id, detail="worker shutting down; the job resumes from its latest checkpoint", exit_code=exit_code)
-        dispatch.enqueue(job_id, settings)
+        dispatch.enqueue_or_defer(job_id, settings)
         return f"job {job_id}: handed back to the queue (worker shutting down)"
     if exit_code == 0 and stop_reason is None:
         if outcome.finish(engine, job_id, S.succeeded, detail="finished", exit_code=0, eta_s=0.0):
@@ -220,7 +220,7 @@ def _record(engine, settings, job_id, attempt, spec, run, launched, ingestor, ex
     if attempt <= spec.max_restarts:
         detail = f"attempt {attempt} failed ({failure.message}); restarting from the latest checkpoint ({attempt}/{spec.max_restarts} restarts)"
         if outcome.requeue(engine, job_id, detail=detail, failed_rank=failure.rank, exit_code=failure.exit_code):
-            dispatch.enqueue(job_id, settings)
+            dispatch.enqueue_or_defer(job_id, settings)
             return f"job {job_id}: restarting"
     error = failure.text()
     latest = _latest_checkpoint(engine, job_id, run)
