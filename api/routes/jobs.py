@@ -34,6 +34,9 @@ def _enqueue(job_id: int, settings: Settings) -> None:
         dispatch.enqueue(job_id, settings)
     except Exception:  # noqa: BLE001
         log.exception("could not enqueue job %s; it stays queued", job_id)
+        mark = getattr(dispatch, "mark_undispatched", None)
+        if mark is not None:  # the workers' recovery sweep sends it once the broker is back
+            mark(job_id, settings)
 
 
 @router.post("/jobs", status_code=status.HTTP_201_CREATED, response_model=JobPublic,
