@@ -193,8 +193,11 @@ def _record(engine, settings, job_id, attempt, spec, run, launched, ingestor, ex
         outcome.requeue(engine, job_id, detail="worker shutting down; the job resumes from its latest checkpoint", exit_code=exit_code)
         dispatch.enqueue_or_defer(job_id, settings)
         return f"job {job_id}: handed back to the queue (worker shutting down)"
-    if exit_code == 0 and stop_reason is None:
-        if outcome.finish(engine, job_id, S.succeeded, detail="finished", exit_code=0, eta_s=0.0):
+    if stop_reason is None and (exit_code == 0 or ev.finished):
+        # After `finished` the final checkpoint and every event are on disk; a rank dying in process-group
+        # teardown (seen: gloo aborting when its peer exits first) loses nothing, so it is only noted.
+        detail = "finished" if exit_code == 0 else f"finished (a rank exited with {exit_code} during teardown, after the final checkpoint)"
+        if outcome.finish(engine, job_id, S.succeeded, detail=detail, exit_code=exit_code, eta_s=0.0):
             return f"job {job_id}: succeeded"
         return f"job {job_id}: finished but its row had moved on"
     if stop_reason == "stall":
