@@ -108,12 +108,18 @@ def live_service(tmp: Path):  # noqa: ANN201
         thread.join(10)
 
 
-def service_launch(settings: Any, client: Any) -> float:
+def service_launch(settings: Any, client: Any, dispatch: list[float] | None = None) -> float:
+    """Submit → step 1; appends submit → torchrun started (the service's own share) to `dispatch`."""
+    from datetime import datetime
+
     t0 = time.time()
     r = client.post("/jobs", json=SPEC)
     r.raise_for_status()
     job_id = r.json()["id"]
     took = _first_step_time(settings.resolved_runs_dir / f"job_{job_id}" / "events.jsonl") - t0
+    if dispatch is not None:
+        running = [t for t in client.get(f"/jobs/{job_id}").json()["transitions"] if t["status"] == "running"]
+        dispatch.append(datetime.fromisoformat(running[0]["at"]).timestamp() - t0)
     deadline = time.monotonic() + 120
     while client.get(f"/jobs/{job_id}").json()["status"] not in ("succeeded", "failed", "cancelled"):
         if time.monotonic() > deadline:
@@ -174,22 +180,26 @@ def pg_database():  # noqa: ANN201
 
 def main(argv: list[str]) -> None:
     quick = "--quick" in argv
-    repeats = 1 if quick else 3
+    repeats = 1 if quick else 5
     n_ingest = 50_000 if quick else 200_000
     rows: list[tuple[str, str, str, str, str]] = []
     with tempfile.TemporaryDirectory(prefix="rankzero-bench-") as tmpdir:
         tmp = Path(tmpdir)
         # Interleaved, so both sides see the same machine load (CI boxes are shared).
-        bares, svcs = [], []
+        bares: list[float] = []
+        svcs: list[float] = []
+        dispatch: list[float] = []
         with live_service(tmp / "svc") as (settings, client):
             bare_launch(tmp, 99)  # warm-up: page cache for torch, first rendezvous
             service_launch(settings, client)
             for i in range(repeats):
                 bares.append(bare_launch(tmp, i))
-                svcs.append(service_launch(settings, client))
+                svcs.append(service_launch(settings, client, dispatch))
         bare, svc = statistics.median(bares), statistics.median(svcs)
-        rows.append(("launch → first optimizer step, bare torchrun", "-", f"{bare:.2f} s", "", ""))
-        rows.append(("submit → first optimizer step, service", "SQLite + embedded broker", f"{svc:.2f} s",
+        rows.append(("launch → first optimizer step, bare torchrun", "-", f"{bare:.2f} s (runs: {', '.join(f'{b:.1f}' for b in bares)})", "", ""))
+        rows.append(("submit → torchrun started (the service's own share)", "SQLite + embedded broker",
+                     f"{statistics.median(dispatch):.2f} s (max {max(dispatch):.2f})", "≤ 1.0 s", "pass" if statistics.median(dispatch) <= 1.0 else "FAIL"))
+        rows.append(("submit → first optimizer step, service", "SQLite + embedded broker", f"{svc:.2f} s (runs: {', '.join(f'{v:.1f}' for v in svcs)})",
                      f"≤ bare + 1.0 s ({bare + 1.0:.2f} s)", "pass" if svc <= bare + 1.0 else "FAIL"))  # fmt: skip
         rate = ingest_rate(f"sqlite:///{tmp / 'ingest.db'}", n_ingest)
         rows.append(("metric ingest", "SQLite", f"{rate:,.0f} points/s", "", ""))
