@@ -67,7 +67,11 @@ def run_job(job_id: int, settings: Settings) -> str:
         return f"job {job_id}: no such job"
     if job.status != S.queued:
         return f"job {job_id}: {job.status.value}, nothing to do (a repeated delivery)"
-    spec = JobSpec.model_validate(job.spec)
+    try:
+        spec = JobSpec.model_validate(job.spec)
+    except ValueError as exc:  # stored by an older version, say: fail it rather than leave it queued
+        _refuse(engine, job_id, f"the stored spec is no longer valid: {exc}; resubmit it")
+        return f"job {job_id}: invalid spec"
     host = gpus.host_gpus(settings)
     if spec.device == "cuda" and not host:
         _refuse(engine, job_id, f"device 'cuda' but worker {socket.gethostname()} has no GPUs (RANKZERO_GPUS); use device 'cpu'")
