@@ -75,6 +75,7 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 def pg_cluster() -> Iterator[PgCluster]:
     # Not under tmp_path: pytest's base temp dir is private to root and the server runs as `postgres`.
     workdir = Path(tempfile.mkdtemp(prefix="rankzero-pg-"))
+    workdir.chmod(0o755)  # mkdtemp makes it private to root; the server's user must reach its cluster inside
     cluster = PgCluster(workdir / "cluster")
     try:
         cluster.init()
