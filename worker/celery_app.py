@@ -28,6 +28,9 @@ def make_celery(settings: Settings) -> Celery:
     transport_options: dict[str, object] = {}
     if url.startswith(("redis://", "rediss://", "sentinel://")):
         transport_options["visibility_timeout"] = config.visibility_timeout_s()
+        from worker import kombu_compat
+
+        kombu_compat.install()  # survive a Redis outage with a job running (see the module)
     elif url.startswith("sqla+sqlite"):
         # kombu's SQLAlchemy transport passes its options to create_engine; the API (producer) and
         # the worker share one SQLite file, so wait for its lock rather than fail.
