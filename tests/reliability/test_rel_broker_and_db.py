@@ -22,7 +22,7 @@ def test_job_outliving_visibility_timeout_launches_once(service, workers, redis_
     settings, client = service(broker_url=redis_server.url)
     short = {"RANKZERO_VISIBILITY_TIMEOUT_S": "2"}
     workers.start(settings, extra_env=short)
-    job = client.submit(slow_spec("outlives-visibility", step_s=0.1, max_steps=60))
+    job = client.submit(slow_spec("outlives-visibility", step_s=0.1, max_steps=60, nproc=1))
     client.wait(job["id"], lambda j: j["status"] == "running", 60, "running")
     time.sleep(3)  # the job is now older than the visibility timeout and its message still unacked
     # A second worker starting up sweeps the unacked messages past the timeout back into the queue
@@ -40,8 +40,8 @@ def test_redis_down_mid_run(service, workers, redis_server) -> None:  # noqa: AN
     outage = seconds("RANKZERO_REL_REDIS_OUTAGE_S", 12)
     settings, client = service(broker_url=redis_server.url)
     workers.start(settings, pool="threads", concurrency=2, extra_env={"RANKZERO_STALE_AFTER_S": "4"})
-    steps = max(60, int((outage + 20) / 0.1))
-    running = client.submit(slow_spec("through-outage", step_s=0.1, max_steps=steps))
+    steps = max(60, int((outage + 8) / 0.1))  # still training when Redis is back
+    running = client.submit(slow_spec("through-outage", step_s=0.1, max_steps=steps, nproc=1))
     client.wait(running["id"], lambda j: j["step"] >= 3, 120, "step 3")
 
     redis_server.stop()
@@ -73,8 +73,8 @@ def test_postgres_restart_mid_run(service, workers, pg_cluster) -> None:  # noqa
     settings, client = service(database_url=pg_cluster.url)
     # A stale threshold shorter than the outage: a recovery sweep trusting old heartbeats would call the job lost.
     workers.start(settings, extra_env={"RANKZERO_STALE_AFTER_S": "4"})
-    steps = max(60, int((outage + 15) / 0.1))
-    job = client.submit(slow_spec("pg-restart", step_s=0.1, max_steps=steps))
+    steps = max(60, int((outage + 8) / 0.1))  # still training when PostgreSQL is back
+    job = client.submit(slow_spec("pg-restart", step_s=0.1, max_steps=steps, nproc=1))
     client.wait(job["id"], lambda j: j["step"] >= 3, 120, "step 3")
 
     pg_cluster.stop()
