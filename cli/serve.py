@@ -46,13 +46,24 @@ def run_worker(settings: Settings, concurrency: int | None, pool: str, loglevel:
     app.worker_main(worker_argv(concurrency or default_concurrency(settings), pool, loglevel))
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it when `rankzero up` dies, even by SIGKILL (Linux), so a
+    killed `up` never leaves an orphaned worker behind (SIGTERM = the worker's graceful drain)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def start_worker_process(settings: Settings, concurrency: int | None, log_path: Path) -> subprocess.Popen[bytes]:
     """`rankzero worker` as a child in its own process group (for `rankzero up`)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "cli.main", "worker", "--concurrency", str(concurrency or default_concurrency(settings))]
     with open(log_path, "ab") as log:
         return subprocess.Popen(cmd, env=settings_env(settings), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                cwd=Path(__file__).resolve().parent.parent)  # fmt: skip
+                                cwd=Path(__file__).resolve().parent.parent, preexec_fn=_die_with_parent)  # fmt: skip
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:

@@ -75,3 +75,34 @@ def test_api_refuses_public_bind_without_token(tmp_path):  # noqa: ANN001
     e = {k: v for k, v in os.environ.items() if k != "RANKZERO_API_TOKEN"} | {"RANKZERO_DATA_DIR": str(tmp_path)}
     r = subprocess.run([RANKZERO, "api", "--host", "0.0.0.0", "--port", "8799"], capture_output=True, text=True, env=e, timeout=60)
     assert r.returncode == 2 and "RANKZERO_API_TOKEN" in r.stderr
+
+
+def test_up_prints_url_and_token_and_its_worker_dies_with_it(tmp_path):  # noqa: ANN001
+    import signal
+    import time
+
+    from wk_helpers import alive
+
+    from api.settings import Settings
+
+    port = Settings().port + 1000 + os.getpid() % 1000
+    e = {k: v for k, v in os.environ.items() if not k.startswith("RANKZERO_")}
+    e |= {"RANKZERO_DATA_DIR": str(tmp_path), "RANKZERO_PORT": str(port), "RANKZERO_GPUS": ""}
+    up = subprocess.Popen([RANKZERO, "up"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=e, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while b" ready." not in ((tmp_path / "worker.log").read_bytes() if (tmp_path / "worker.log").exists() else b""):
+            assert time.monotonic() < deadline and up.poll() is None, "rankzero up did not start its worker"
+            time.sleep(0.2)
+        token = (tmp_path / "api_token").read_text().strip()
+        worker_pid = int(subprocess.run(["pgrep", "-P", str(up.pid)], capture_output=True, text=True).stdout.split()[0])
+        os.kill(up.pid, signal.SIGKILL)  # even a killed `up` must not leave its worker behind
+        out = up.communicate(timeout=10)[0]
+        assert f"http://127.0.0.1:{port}" in out and token in out
+        deadline = time.monotonic() + 30
+        while alive(worker_pid):
+            assert time.monotonic() < deadline, "the worker outlived rankzero up"
+            time.sleep(0.2)
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGKILL)
