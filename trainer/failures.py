@@ -13,11 +13,12 @@ import time
 import traceback
 from pathlib import Path
 
-from trainer.events import EventLog
+from trainer.events import EventLog, last_seq
 from trainer.run_dir import failure_note
 
 TRACEBACK_LINES = 30
 NOTE_WAIT_S = 2.0
+FALLBACK_WAIT_S = 5.0
 
 
 def traceback_tail(exc: BaseException) -> str:
@@ -66,6 +67,45 @@ def report_failure(root: Path, rank: int, world_size: int, exc: BaseException, e
     """Write this rank's note; on rank 0 also the `failed` event (the earliest failing rank's error)."""
     own = write_note(root, rank, exc)
     if rank != 0:
+        _fallback_failed_event(root, own, since)
         return
     first = _earliest_note(root, own, world_size, since)
     events.emit("failed", error=first["error"], rank=first["rank"], traceback=first["traceback"])
+
+
+def _fallback_failed_event(root: Path, note: dict, since: float) -> None:
+    """Rank 0 normally reports a peer's failure, but gloo may abort rank 0's process outright when a
+    peer's connection drops, and then nobody would. So a failing rank ≠ 0 waits (which also keeps
+    torchrun from tearing rank 0 down meanwhile) for rank 0's `failed` event, and appends one itself
+    when none comes. One write() of a whole line to a file opened for append: no torn lines."""
+    path = root / "events.jsonl"
+    deadline = time.monotonic() + FALLBACK_WAIT_S
+    while time.monotonic() < deadline:
+        if _has_failed_event(path, since):
+            return
+        time.sleep(0.1)
+    event = {"seq": last_seq(path) + 1, "time": time.time(), "type": "failed",
+             "error": note["error"], "rank": note["rank"], "traceback": note["traceback"]}
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (json.dumps(event) + "\n").encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def _has_failed_event(path: Path, since: float) -> bool:
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return False
+    for line in reversed(lines[-50:]):
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("type") == "failed" and event.get("time", 0) >= since:
+            return True
+    return False

@@ -127,3 +127,24 @@ def test_checkpoint_write_is_atomic_and_prune_keeps_the_newest(tmp_path):
     assert loaded["step"] == 12 and torch.equal(loaded["w"], torch.full((3,), 12.0))
     with pytest.raises(FileNotFoundError, match="resume_from"):
         ckpt_io.load(tmp_path / "nope.pt")
+
+
+def test_a_failing_peer_writes_the_failed_event_when_rank_0_cannot(tmp_path, monkeypatch):
+    """If rank 0 dies without reporting (gloo can abort it when a peer's connection drops), the
+    failing rank appends the `failed` event itself, continuing seq."""
+    import time as _time
+
+    from trainer import failures
+
+    monkeypatch.setattr(failures, "FALLBACK_WAIT_S", 0.3)
+    log = EventLog(tmp_path / "events.jsonl")
+    log.emit("started")
+    log.close()
+    since = _time.time()
+    failures.report_failure(tmp_path, 1, 2, RuntimeError("peer blew up"), EventLog(tmp_path / "x", enabled=False), since)
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [e["seq"] for e in events] == [1, 2]
+    assert events[-1]["type"] == "failed" and events[-1]["rank"] == 1 and "peer blew up" in events[-1]["error"]
+    # and when rank 0 did report, the peer adds nothing
+    failures.report_failure(tmp_path, 1, 2, RuntimeError("again"), EventLog(tmp_path / "x", enabled=False), since)
+    assert len((tmp_path / "events.jsonl").read_text().splitlines()) == 2
