@@ -37,7 +37,7 @@ def test_job_outliving_visibility_timeout_launches_once(service, workers, redis_
 
 
 def test_redis_down_mid_run(service, workers, redis_server) -> None:  # noqa: ANN001
-    outage = seconds("RANKZERO_REL_REDIS_OUTAGE_S", 12)
+    outage = seconds("RANKZERO_REL_REDIS_OUTAGE_S", 10)
     settings, client = service(broker_url=redis_server.url)
     workers.start(settings, pool="threads", concurrency=2, extra_env={"RANKZERO_STALE_AFTER_S": "4"})
     steps = max(60, int((outage + 8) / 0.1))  # still training when Redis is back
