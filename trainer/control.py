@@ -1,6 +1,7 @@
 """Run control: SIGTERM → stop at a step boundary every rank agrees on; non-finite loss → fail on every rank.
 
-Agreement without a blocking host sync every step: every `every` steps each rank launches an async
+Agreement without a blocking host sync every step: every `every` steps (and blockingly before a
+checkpoint and at the end) each rank launches an async
 all-reduce of a small control vector [stop requested, first non-finite step of rank 0, of rank 1, ...]
 and waits for it only at the next step boundary, after one more step of work has been queued. All
 ranks launch and wait at the same steps, so they all read the same sums and act at the same step.
@@ -80,8 +81,10 @@ class RunControl:
             self._pending = (work, vec)
         return False
 
-    def finish(self, first_bad_step: torch.Tensor) -> None:
-        """At the end of training: settle the in-flight check and raise on a non-finite loss anywhere."""
+    def settle(self, first_bad_step: torch.Tensor) -> bool:
+        """A blocking check (before a checkpoint and at the end, which sync anyway): settle the
+        in-flight check, raise on a non-finite loss anywhere — so no checkpoint holds nan weights —
+        and return whether every rank should stop here."""
         if self._pending is not None:
             work, vec = self._pending
             self._pending = None
@@ -90,4 +93,4 @@ class RunControl:
         vec = self._local_vector(first_bad_step)
         if self.world_size > 1:
             dist.all_reduce(vec, op=dist.ReduceOp.SUM)
-        self._act_on(vec)
+        return self._act_on(vec)
