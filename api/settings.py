@@ -27,6 +27,11 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body the API accepts.")
     cancel_grace_s: float = Field(20.0, gt=0, description="SIGTERM→SIGKILL grace for a cancelled job's ranks.")
     heartbeat_s: float = Field(5.0, gt=0, description="How often a worker heartbeats a running job.")
+    stale_after_s: float | None = Field(None, gt=0, description="A live job whose heartbeat is older belongs to a dead worker; default max(30, 6 × heartbeat_s).")
+    poll_s: float = Field(0.25, gt=0, le=60, description="How often a supervisor reads events.jsonl and looks at the job row (cancel).")
+    queue: str = Field("rankzero", pattern=r"^[A-Za-z0-9._-]{1,100}$", description="Celery queue; separate pools (or test runs) sharing a broker use their own.")
+    visibility_timeout_s: float = Field(12 * 3600.0, gt=0, description="Redis redelivers an unacked message after this long; the job claim makes redelivery harmless.")
+    embedded_poll_s: float = Field(0.1, gt=0, le=60, description="How often a worker polls the embedded (SQLAlchemy) broker for messages.")
 
     @property
     def resolved_database_url(self) -> str:
@@ -39,6 +44,10 @@ class Settings(BaseSettings):
     @property
     def resolved_runs_dir(self) -> Path:
         return (self.runs_dir or self.data_dir / "runs").resolve()
+
+    @property
+    def resolved_stale_after_s(self) -> float:
+        return self.stale_after_s or max(30.0, 6 * self.heartbeat_s)
 
     @property
     def allowed_code_prefixes(self) -> list[str]:

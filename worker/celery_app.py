@@ -17,7 +17,6 @@ from __future__ import annotations
 from celery import Celery
 
 from api.settings import Settings, get_settings
-from worker import config
 
 TASK_RUN_JOB = "rankzero.run_job"
 
@@ -27,7 +26,7 @@ def make_celery(settings: Settings) -> Celery:
     app = Celery("rankzero", broker=url, include=["worker.tasks", "worker.lifecycle"])
     transport_options: dict[str, object] = {}
     if url.startswith(("redis://", "rediss://", "sentinel://")):
-        transport_options["visibility_timeout"] = config.visibility_timeout_s()
+        transport_options["visibility_timeout"] = settings.visibility_timeout_s
         from worker import kombu_compat
 
         kombu_compat.install()  # survive a Redis outage with a job running (see the module)
@@ -39,9 +38,9 @@ def make_celery(settings: Settings) -> Celery:
         # to every job's start. Its options all go to create_engine, so set the class attribute.
         from kombu.transport.sqlalchemy import Transport
 
-        Transport.polling_interval = config.embedded_poll_s()
+        Transport.polling_interval = settings.embedded_poll_s
     app.conf.update(
-        task_default_queue=config.queue_name(),
+        task_default_queue=settings.queue,
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,

@@ -12,7 +12,6 @@ from sqlalchemy import update
 from api.db import get_engine
 from api.settings import Settings
 from api.tables import Job, JobStatus
-from worker import config
 from worker.celery_app import TASK_RUN_JOB, make_celery
 
 log = logging.getLogger("rankzero.worker")
@@ -24,7 +23,7 @@ _producers: dict[str, Celery] = {}
 
 
 def _producer(settings: Settings) -> Celery:
-    key = f"{settings.resolved_broker_url} {config.queue_name()}"
+    key = f"{settings.resolved_broker_url} {settings.queue}"
     with _lock:
         if key not in _producers:
             _producers[key] = make_celery(settings)

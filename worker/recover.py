@@ -24,7 +24,7 @@ from api.job_state import transition
 from api.settings import Settings
 from api.tables import Job, JobStatus
 from trainer.spec import JobSpec
-from worker import config, dispatch
+from worker import dispatch
 
 log = logging.getLogger("rankzero.worker")
 S = JobStatus
@@ -39,7 +39,7 @@ def _aware(ts: datetime | None) -> datetime | None:
 def recover_once(settings: Settings) -> list[int]:
     """One sweep; returns the ids of jobs it requeued, failed, cancelled or re-dispatched."""
     engine = get_engine(settings.resolved_database_url)
-    cutoff = datetime.now(timezone.utc) - timedelta(seconds=config.stale_after_s(settings.heartbeat_s))
+    cutoff = datetime.now(timezone.utc) - timedelta(seconds=settings.resolved_stale_after_s)
     touched: list[int] = []
     with Session(engine) as s:
         rows = s.execute(select(Job.id, Job.status, Job.heartbeat_at, Job.attempt, Job.spec).where(
@@ -84,7 +84,7 @@ def recover_once(settings: Settings) -> list[int]:
 
 def start_recovery_thread(settings: Settings, stop: threading.Event) -> threading.Thread:
     """Sweep now and then every stale-threshold/2 until `stop` is set (a daemon thread of the worker)."""
-    stale = config.stale_after_s(settings.heartbeat_s)
+    stale = settings.resolved_stale_after_s
     interval = max(1.0, stale / 2)
 
     def loop() -> None:

@@ -22,7 +22,7 @@ from api.settings import Settings
 from api.tables import Checkpoint, JobStatus, utcnow
 from trainer.run_dir import RunDir
 from trainer.spec import JobSpec
-from worker import cancel, claim, config, dispatch, drain, errors, gpus, outcome
+from worker import cancel, claim, dispatch, drain, errors, gpus, outcome
 from worker.capacity import gpus_needed
 from worker.ingest import EventTail, Ingestor
 from worker.launch import Launched, launch
@@ -82,7 +82,7 @@ def run_job(job_id: int, settings: Settings) -> str:
         if need > len(host):
             _refuse(engine, job_id, f"the job needs {need} GPUs but worker {socket.gethostname()} has {len(host)}; lower nproc")
             return f"job {job_id}: refused, too few GPUs"
-        lease = gpus.acquire(settings, job_id, need, keep_waiting=lambda: claim.touch_queued(engine, job_id), poll_s=config.poll_s() * 2)
+        lease = gpus.acquire(settings, job_id, need, keep_waiting=lambda: claim.touch_queued(engine, job_id), poll_s=settings.poll_s * 2)
         if lease is None:
             return f"job {job_id}: left the queue while waiting for GPUs"
     try:
@@ -125,7 +125,7 @@ def _run_attempt(engine, settings: Settings, job_id: int, attempt: int, spec: Jo
 def _supervise(engine, settings: Settings, job_id: int, attempt: int, spec: JobSpec, run: RunDir, launched: Launched) -> str:  # noqa: ANN001, C901
     tail = EventTail(run.events)
     ingestor = Ingestor(engine, job_id, run.root)
-    poll = config.poll_s()
+    poll = settings.poll_s
     last_beat = last_event = last_fold = time.monotonic()
     launched_at = time.time()
     started = False  # this attempt's `started` event seen: the stall watchdog is armed

@@ -35,7 +35,7 @@ def backend(request, monkeypatch, tmp_path):  # noqa: ANN001, ANN201
     try:
         redis.Redis.from_url(url).ping()
     except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"Redis on 127.0.0.1:6379 is not reachable: {exc}")
+        pytest.fail(f"Redis on 127.0.0.1:6379 is not reachable (the suite needs it): {exc}")
     queue = f"rankzero-test-{secrets.token_hex(4)}"
     monkeypatch.setenv("RANKZERO_QUEUE", queue)  # our own queue: other runs on this Redis never see our jobs
     yield {"database_url": request.getfixturevalue("pg_url"), "broker_url": url, "_queue": queue}

@@ -211,7 +211,7 @@ def test_job_outliving_redis_visibility_timeout_launches_once(service, workers, 
     try:
         redis.Redis.from_url(url).ping()
     except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"Redis on 127.0.0.1:6379 is not reachable: {exc}")
+        pytest.fail(f"Redis on 127.0.0.1:6379 is not reachable (the suite needs it): {exc}")
     queue = f"rankzero-test-{secrets.token_hex(4)}"
     monkeypatch.setenv("RANKZERO_QUEUE", queue)
     monkeypatch.setenv("RANKZERO_VISIBILITY_TIMEOUT_S", "2")
