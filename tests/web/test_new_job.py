@@ -14,7 +14,9 @@ def test_validation_errors_are_shown_at_their_field(page, service) -> None:  # n
     page.fill("#f-accumulation-steps", "3")
     page.fill("#f-nproc", "2")
     assert page.locator("#global-batch").inner_text() == "48"
-    shot(page, "new-job")
+    shot(page, "new-job", full_page=False)  # the sticky submit bar sits mid-page in a full-page shot
+    page.locator("#f-nproc").scroll_into_view_if_needed()
+    shot(page, "new-job-strategy", full_page=False)
 
     allow_http_error(page, 422, "/api/jobs")
     page.fill("#f-name", "bad-lr")
@@ -26,7 +28,7 @@ def test_validation_errors_are_shown_at_their_field(page, service) -> None:  # n
     assert page.locator("#f-optimizer-lr").get_attribute("aria-invalid") == "true"
     assert page.evaluate("() => document.activeElement.id") == "f-optimizer-lr"
     assert "optimizer.lr" in page.locator("#form-errors").inner_text()
-    shot(page, "new-job-validation-error")
+    shot(page, "new-job-validation-error", full_page=False)
     assert page.url.endswith("/new")  # nothing was submitted
 
 

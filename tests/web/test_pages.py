@@ -132,3 +132,18 @@ def test_a_million_point_series_draws_within_a_second(page, service, db) -> None
     assert 1000 <= points <= 4000
     assert draw_ms < 1000, f"the million-point chart took {draw_ms:.0f} ms to draw"
     shot(page, "job-million-points")
+
+
+def test_pages_fit_a_small_laptop_screen(new_page, service, db) -> None:  # noqa: ANN001
+    job = seed_job(db, "laptop-view-with-a-rather-long-name", "running", runs_dir=service.runs_dir, total_steps=800,
+                   spec={"nproc": 2, "accumulation_steps": 4})
+    seed_curves(db, job, 400)
+    page = new_page(viewport={"width": 1024, "height": 640})
+    for path, ready, name in [("/", "#jobs-table[data-loaded]", "laptop-jobs"),
+                              (f"/jobs/{job.id}", "#chart-loss[data-points]", "laptop-job"),
+                              ("/new", "#job-form[data-ready]", "laptop-new")]:
+        page.goto(f"{service.base}{path}")
+        page.wait_for_selector(ready)
+        overflow = page.evaluate("() => document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        assert overflow <= 0, f"{path} scrolls sideways by {overflow}px at 1024 px"
+        shot(page, name, full_page=False)

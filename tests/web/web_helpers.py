@@ -14,8 +14,8 @@ def allow_http_error(page, status: int, url_part: str) -> None:  # noqa: ANN001
     ALLOWED_HTTP_ERRORS.setdefault(id(page), []).append((status, url_part))
 
 
-def shot(page, name: str) -> Path:  # noqa: ANN001
+def shot(page, name: str, *, full_page: bool = True) -> Path:  # noqa: ANN001
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
+    page.screenshot(path=str(path), full_page=full_page)
     return path
