@@ -93,7 +93,7 @@ def test_jobs_list_filters_pages_and_compare(page, service, db) -> None:  # noqa
     page.select_option("#filter-status", "running")
     row = page.locator(f"tr[data-job-id='{running.id}']")
     row.wait_for()
-    assert "DDP 2" in row.inner_text() and "1800 / 5000" in row.inner_text()
+    assert "DDP 2" in row.inner_text() and "1,800 / 5,000" in row.inner_text()
     page.select_option("#filter-status", "")
     page.fill("#filter-name", "cmp-")
     page.wait_for_function("() => document.querySelectorAll('#jobs-body tr').length === 2")

@@ -2,7 +2,7 @@
 // (so focus and ticked boxes survive the refresh), ticked jobs go to the compare page.
 import { api, ApiError } from "./api.js";
 import { $, h, setText, debounce } from "./dom.js";
-import { fmtAgo, fmtDuration, fmtNumber, fmtRate, jobDuration, progressFraction } from "./format.js";
+import { fmtAgo, fmtDuration, fmtInt, fmtNumber, fmtRate, jobDuration, progressFraction } from "./format.js";
 import { progressBar, setProgress } from "./progress.js";
 
 const PAGE_SIZE = 25;
@@ -71,7 +71,7 @@ function updateRow(row, job) {
   c.badge.className = `badge badge-${job.status}`;
   setText(c.strategy, job.strategy || "–");
   setProgress(c.bar, progressFraction(job), job.status);
-  setText(c.progressText, job.total_steps ? `${job.step ?? 0} / ${job.total_steps}` : (job.step ? `${job.step}` : ""));
+  setText(c.progressText, job.total_steps ? `${fmtInt(job.step ?? 0)} / ${fmtInt(job.total_steps)}` : (job.step ? fmtInt(job.step) : ""));
   // The last measured speed stays informative after the run; an ETA only while it trains.
   setText(c.rate, fmtRate(job.samples_per_s));
   setText(c.eta, job.status === "running" ? fmtDuration(job.eta_s) : "–");
