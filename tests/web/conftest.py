@@ -136,7 +136,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 @pytest.fixture(scope="session")
 def browser() -> Iterator[object]:
     if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed (make chromium)")
+        pytest.fail("Debian's chromium is not installed: run `make chromium` (make test does)")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
