@@ -53,6 +53,21 @@ class Settings(BaseSettings):
     def allowed_code_prefixes(self) -> list[str]:
         return [p.strip() for p in self.allowed_code.split(",") if p.strip()]
 
+    def to_env(self) -> dict[str, str]:
+        """RANKZERO_* variables that give a child process exactly these settings (token included)."""
+        env = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if value is not None:
+                env[f"RANKZERO_{name.upper()}"] = value.get_secret_value() if isinstance(value, SecretStr) else str(value)
+        env.update({
+            "RANKZERO_DATABASE_URL": self.resolved_database_url,
+            "RANKZERO_BROKER_URL": self.resolved_broker_url,
+            "RANKZERO_RUNS_DIR": str(self.resolved_runs_dir),
+            "RANKZERO_API_TOKEN": self.token(),
+        })  # fmt: skip
+        return env
+
     def token(self) -> str:
         """The API token: configured, else generated once and kept (mode 0600) in the data dir."""
         if self.api_token is not None:

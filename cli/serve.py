@@ -12,18 +12,8 @@ from api.settings import Settings
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
-    """Environment that gives a child process the same settings (token included)."""
-    env = dict(os.environ)
-    env.update({
-        "RANKZERO_DATA_DIR": str(settings.data_dir),
-        "RANKZERO_RUNS_DIR": str(settings.resolved_runs_dir),
-        "RANKZERO_DATABASE_URL": settings.resolved_database_url,
-        "RANKZERO_BROKER_URL": settings.resolved_broker_url,
-        "RANKZERO_API_TOKEN": settings.token(),
-    })  # fmt: skip
-    if settings.gpus is not None:
-        env["RANKZERO_GPUS"] = settings.gpus
-    return env
+    """This process's environment with `settings` on top: a child sees exactly the same settings."""
+    return dict(os.environ) | settings.to_env()
 
 
 def default_concurrency(settings: Settings) -> int:

@@ -15,6 +15,8 @@ from typing import Any
 
 import httpx
 
+from cli.serve import settings_env as settings_env_of_cli
+
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_DIR = Path(__file__).resolve().parent
 CELERY = str(Path(sys.executable).with_name("celery"))
@@ -23,16 +25,9 @@ TERMINAL = {"succeeded", "failed", "cancelled"}
 
 def settings_env(settings: Any, **extra: str) -> dict[str, str]:
     """The environment that gives a subprocess exactly `settings`."""
-    env = dict(os.environ)
+    env = settings_env_of_cli(settings)
     env.update({
-        "RANKZERO_DATA_DIR": str(settings.data_dir),
-        "RANKZERO_RUNS_DIR": str(settings.resolved_runs_dir),
-        "RANKZERO_DATABASE_URL": settings.resolved_database_url,
-        "RANKZERO_BROKER_URL": settings.resolved_broker_url,
-        "RANKZERO_API_TOKEN": settings.token(),
-        "RANKZERO_GPUS": settings.gpus if settings.gpus is not None else "",
-        "RANKZERO_CANCEL_GRACE_S": str(settings.cancel_grace_s),
-        "RANKZERO_HEARTBEAT_S": str(settings.heartbeat_s),
+        "RANKZERO_GPUS": settings.gpus if settings.gpus is not None else "",  # never the host's GPUs in tests
         "RANKZERO_POLL_S": "0.1",
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(FAKE_DIR)]),
