@@ -26,8 +26,9 @@ RUN groupadd --system --gid 1000 rankzero \
 WORKDIR /app
 # Dependencies first (a layer that survives code edits): install the pinned set, then the code.
 COPY pyproject.toml README.md ./
-RUN mkdir -p trainer api worker cli && touch trainer/__init__.py api/__init__.py worker/__init__.py cli/__init__.py \
+RUN mkdir -p core trainer api worker cli && touch core/__init__.py trainer/__init__.py api/__init__.py worker/__init__.py cli/__init__.py \
  && pip install . && pip uninstall -y rankzero
+COPY core ./core
 COPY trainer ./trainer
 COPY api ./api
 COPY worker ./worker

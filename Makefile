@@ -37,6 +37,7 @@ up: $(VENV)/.installed web
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 test: $(VENV)/.installed-test web chromium lint
 	$(BIN)/pytest -q -p no:cacheprovider

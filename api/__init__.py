@@ -1,1 +1,1 @@
-"""rankzero's HTTP surface and the owner of the database schema."""
+"""rankzero's HTTP surface: routes, auth, request limits, pages. The shared core is `core/`."""

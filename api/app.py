@@ -14,11 +14,12 @@ from pathlib import Path
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from api import errors, migrate
+from api import errors
 from api.auth import require_auth
 from api.limits import RequestLimitsMiddleware
 from api.routes import checkpoints, health, jobs, logs, metrics, schema, stream
-from api.settings import Settings, get_settings
+from core import migrate
+from core.settings import Settings, get_settings
 
 WEB_STATIC = Path(__file__).resolve().parent.parent / "web" / "static"
 API_PREFIX = "/api"

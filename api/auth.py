@@ -16,7 +16,7 @@ from fastapi import Depends, HTTPException, Request, Response, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
-from api.settings import Settings
+from core.settings import Settings
 
 SESSION_COOKIE = "rankzero_session"
 CSRF_COOKIE = "rankzero_csrf"
@@ -44,10 +44,17 @@ def issue_session(response: Response, settings: Settings, *, secure: bool = Fals
     """Sign the browser in: set the session cookie and its CSRF companion."""
     csrf = secrets.token_urlsafe(32)
     response.set_cookie(
-        SESSION_COOKIE, _serializer(settings).dumps({"csrf": csrf}), max_age=SESSION_MAX_AGE_S,
-        httponly=True, samesite="strict", secure=secure, path="/",
+        SESSION_COOKIE,
+        _serializer(settings).dumps({"csrf": csrf}),
+        max_age=SESSION_MAX_AGE_S,
+        httponly=True,
+        samesite="strict",
+        secure=secure,
+        path="/",
     )
-    response.set_cookie(CSRF_COOKIE, csrf, max_age=SESSION_MAX_AGE_S, httponly=False, samesite="strict", secure=secure, path="/")
+    response.set_cookie(
+        CSRF_COOKIE, csrf, max_age=SESSION_MAX_AGE_S, httponly=False, samesite="strict", secure=secure, path="/"
+    )
 
 
 def clear_session(response: Response) -> None:

@@ -9,9 +9,9 @@ from fastapi import Depends, HTTPException, Path, status
 from sqlmodel import Session
 
 from api.auth import app_settings
-from api.db import get_engine
-from api.settings import Settings
-from api.tables import Job
+from core.db import get_engine
+from core.settings import Settings
+from core.tables import Job
 
 SettingsDep = Annotated[Settings, Depends(app_settings)]
 

@@ -33,8 +33,11 @@ async def validation_error(_request: Request, exc: RequestValidationError) -> JS
 
 async def database_unavailable(_request: Request, _exc: Exception) -> JSONResponse:
     # A database restart or failover: a 503 the client may retry, rather than an opaque 500.
-    return JSONResponse({"detail": "the database is unavailable right now; retry in a few seconds"},
-                        status_code=503, headers={"Retry-After": "5"})
+    return JSONResponse(
+        {"detail": "the database is unavailable right now; retry in a few seconds"},
+        status_code=503,
+        headers={"Retry-After": "5"},
+    )
 
 
 def install(app: FastAPI) -> None:

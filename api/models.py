@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from api.tables import Checkpoint, Job, JobStatus, JobTransition
+from core.tables import Checkpoint, Job, JobStatus, JobTransition
 from trainer.spec import JobSpec
 
 
@@ -39,12 +39,27 @@ class JobPublic(BaseModel):
     def from_row(cls, job: Job) -> JobPublic:
         strategy, global_batch = _spec_summary(job.spec)
         return cls(
-            id=job.id, name=job.name, status=job.status, strategy=strategy, spec=job.spec, attempt=job.attempt,
-            created_at=job.created_at, started_at=job.started_at, finished_at=job.finished_at,
-            worker_host=job.worker_host, step=job.step, total_steps=job.total_steps, epoch=job.epoch,
-            samples=job.samples, samples_per_s=_finite(job.samples_per_s), eta_s=_finite(job.eta_s),
+            id=job.id,
+            name=job.name,
+            status=job.status,
+            strategy=strategy,
+            spec=job.spec,
+            attempt=job.attempt,
+            created_at=job.created_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            worker_host=job.worker_host,
+            step=job.step,
+            total_steps=job.total_steps,
+            epoch=job.epoch,
+            samples=job.samples,
+            samples_per_s=_finite(job.samples_per_s),
+            eta_s=_finite(job.eta_s),
             latest_loss=_finite(job.latest_loss),
-            error=job.error, failed_rank=job.failed_rank, exit_code=job.exit_code, global_batch_size=global_batch,
+            error=job.error,
+            failed_rank=job.failed_rank,
+            exit_code=job.exit_code,
+            global_batch_size=global_batch,
         )
 
 
@@ -58,7 +73,7 @@ def _spec_summary(spec: dict[str, Any]) -> tuple[str, int]:
     try:
         parsed = JobSpec.model_validate(spec)
         return parsed.strategy, parsed.global_batch_size
-    except Exception:  # noqa: BLE001
+    except Exception:
         g = 1
         for key in ("batch_size", "accumulation_steps", "nproc", "nnodes"):
             v = spec.get(key, 1)
@@ -118,8 +133,14 @@ class CheckpointPublic(BaseModel):
     @classmethod
     def from_row(cls, row: Checkpoint) -> CheckpointPublic:
         return cls(
-            id=row.id, job_id=row.job_id, step=row.step, epoch=row.epoch, path=row.path, bytes=row.bytes,
-            sha256=row.sha256, created_at=row.created_at,
+            id=row.id,
+            job_id=row.job_id,
+            step=row.step,
+            epoch=row.epoch,
+            path=row.path,
+            bytes=row.bytes,
+            sha256=row.sha256,
+            created_at=row.created_at,
         )
 
 

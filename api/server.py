@@ -11,7 +11,7 @@ import ipaddress
 
 import uvicorn
 
-from api.settings import LOOPBACK_HOSTS, Settings
+from core.settings import LOOPBACK_HOSTS, Settings
 
 
 class UnsafeBind(RuntimeError):
@@ -42,6 +42,11 @@ def serve(settings: Settings, **uvicorn_options: object) -> None:
     from api.app import create_app
 
     app = create_app(settings)
-    options: dict[str, object] = {"host": settings.host, "port": settings.port, "log_level": "info", "proxy_headers": False}
+    options: dict[str, object] = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": "info",
+        "proxy_headers": False,
+    }
     options.update(uvicorn_options)
     uvicorn.run(app, **options)  # type: ignore[arg-type]

@@ -5,13 +5,12 @@ Each check raises `SpecRefused` naming the field (as a FastAPI `loc`) and what t
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
-from collections.abc import Callable
 
-from api.paths import UnsafePath, inside_runs_dir
-from api.settings import Settings
+from core import capacity
+from core.paths import UnsafePath, inside_runs_dir
+from core.settings import Settings
 from trainer.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -31,7 +30,11 @@ def _module_allowed(module: str, prefixes: list[str]) -> bool:
 
 def check_user_code(spec: JobSpec, settings: Settings) -> None:
     prefixes = settings.allowed_code_prefixes
-    for field, name in (("model", spec.model.name), ("data", spec.data.name), ("loss", spec.loss.name if spec.loss else "")):
+    for field, name in (
+        ("model", spec.model.name),
+        ("data", spec.data.name),
+        ("loss", spec.loss.name if spec.loss else ""),
+    ):
         if name and name in spec.user_code_names() and not _module_allowed(name.split(":", 1)[0], prefixes):
             allowed = ", ".join(prefixes) if prefixes else "none are allowed"
             raise SpecRefused(
@@ -60,29 +63,22 @@ def check_plain_text(spec: JobSpec) -> None:
     try:
         encoded.encode("utf-8")
     except UnicodeEncodeError:
-        raise SpecRefused(("body",), "the spec contains text that is not valid Unicode (a lone surrogate); send UTF-8 text") from None
+        raise SpecRefused(
+            ("body",), "the spec contains text that is not valid Unicode (a lone surrogate); send UTF-8 text"
+        ) from None
     if "\x00" in encoded or "\\u0000" in encoded:
         raise SpecRefused(("body",), "the spec contains a NUL character; remove it")
 
 
 def check_single_node(spec: JobSpec) -> None:
     if spec.nnodes != 1:
-        raise SpecRefused(("body", "nnodes"), "this service runs single-node jobs for now: set nnodes 1 (use nproc for more ranks)")
-
-
-def _capacity_check() -> Callable[[JobSpec, Settings], str | None] | None:
-    try:
-        module = importlib.import_module("worker.capacity")
-    except ImportError:
-        return None
-    return getattr(module, "check_fits", None)
+        raise SpecRefused(
+            ("body", "nnodes"), "this service runs single-node jobs for now: set nnodes 1 (use nproc for more ranks)"
+        )
 
 
 def check_capacity(spec: JobSpec, settings: Settings) -> None:
-    check = _capacity_check()
-    if check is None:
-        return
-    reason = check(spec, settings)
+    reason = capacity.check_fits(spec, settings)
     if reason:
         raise SpecRefused(("body", "nproc"), reason)
 

@@ -29,24 +29,28 @@ REPEATS = 7
 def _seed(database_url: str, n: int) -> int:
     from sqlalchemy import text
 
-    from api.db import get_engine
+    from core.db import get_engine
 
     engine = get_engine(database_url)
     with engine.begin() as conn:
-        conn.execute(text(
-            "INSERT INTO jobs (name, spec, status, attempt, created_at, step, epoch, samples, ingested_seq) "
-            "VALUES ('bench-metrics', '{\"name\": \"bench-metrics\", \"max_steps\": 1}', 'running', 1, CURRENT_TIMESTAMP, 0, 0, 0, -1)"
-        ))
+        conn.execute(
+            text(
+                "INSERT INTO jobs (name, spec, status, attempt, created_at, step, epoch, samples, ingested_seq) "
+                "VALUES ('bench-metrics', '{\"name\": \"bench-metrics\", \"max_steps\": 1}', 'running', 1, CURRENT_TIMESTAMP, 0, 0, 0, -1)"
+            )
+        )
         job_id = conn.execute(text("SELECT max(id) FROM jobs")).scalar()
 
-    def rows():  # noqa: ANN202
+    def rows():
         for i in range(n):
             yield job_id, i, i, "train/loss", math.exp(-i / (n / 5)) + (50.0 if i == SPIKE_STEP else 0.0), float(i)
 
     if engine.dialect.name == "sqlite":
         raw = engine.raw_connection()
         try:
-            raw.cursor().executemany("INSERT INTO metric_points (job_id, seq, step, name, value, time) VALUES (?,?,?,?,?,?)", rows())
+            raw.cursor().executemany(
+                "INSERT INTO metric_points (job_id, seq, step, name, value, time) VALUES (?,?,?,?,?,?)", rows()
+            )
             raw.commit()
         finally:
             raw.close()
@@ -67,10 +71,10 @@ def measure(database_url: str, n_points: int = N_POINTS, max_points: int = MAX_P
     from fastapi.testclient import TestClient
     from sqlmodel import Session
 
-    from api import metric_rollup
     from api.app import create_app
-    from api.db import get_engine
-    from api.settings import Settings
+    from core import metric_rollup
+    from core.db import get_engine
+    from core.settings import Settings
 
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(data_dir=Path(tmp), database_url=database_url, api_token="bench")
@@ -118,7 +122,7 @@ def _fresh_databases() -> list[tuple[str, Any]]:
         with psycopg.connect("host=127.0.0.1 user=postgres dbname=postgres connect_timeout=3", autocommit=True) as c:
             c.execute(f'CREATE DATABASE "{name}"')
         made.append((f"postgresql://postgres@127.0.0.1:5432/{name}", name))
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         print(f"(PostgreSQL skipped: {exc})", file=sys.stderr)
     return made
 
@@ -126,7 +130,7 @@ def _fresh_databases() -> list[tuple[str, Any]]:
 def main(argv: list[str]) -> None:
     import psycopg
 
-    from api.db import get_engine
+    from core.db import get_engine
 
     targets = [(u, None) for u in argv] or _fresh_databases()
     results = []
@@ -139,7 +143,17 @@ def main(argv: list[str]) -> None:
                 get_engine(url).dispose()
                 with psycopg.connect("host=127.0.0.1 user=postgres dbname=postgres", autocommit=True) as c:
                     c.execute(f'DROP DATABASE IF EXISTS "{pg_name}" WITH (FORCE)')
-    cols = ["database", "points", "max_points", "returned", "spike_kept", "fold_s", "query_ms_median", "query_ms_max", "target_ms"]
+    cols = [
+        "database",
+        "points",
+        "max_points",
+        "returned",
+        "spike_kept",
+        "fold_s",
+        "query_ms_median",
+        "query_ms_max",
+        "target_ms",
+    ]
     print(" | ".join(cols))
     print(" | ".join("---" for _ in cols))
     for r in results:

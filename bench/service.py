@@ -63,7 +63,9 @@ def bare_launch(tmp: Path, i: int) -> float:
 
     cmd = build_command(run, 0, 1, SPEC["nproc"], free_port())
     t0 = time.time()
-    proc = subprocess.Popen(cmd, env=rank_env("bench", None), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, env=rank_env("bench", None), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         return _first_step_time(run.events) - t0
     finally:
@@ -71,13 +73,13 @@ def bare_launch(tmp: Path, i: int) -> float:
 
 
 @contextmanager
-def live_service(tmp: Path):  # noqa: ANN201
+def live_service(tmp: Path):
     import httpx
     import uvicorn
 
     from api.app import create_app
-    from api.settings import Settings
     from cli.serve import settings_env
+    from core.settings import Settings
     from worker.launch import free_port
 
     settings = Settings(data_dir=tmp / "data", runs_dir=tmp / "runs", api_token="bench-token", gpus="")
@@ -87,7 +89,7 @@ def live_service(tmp: Path):  # noqa: ANN201
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     env = settings_env(settings) | {"OMP_NUM_THREADS": "1"}
-    log = open(tmp / "worker.log", "wb")  # noqa: SIM115
+    log = open(tmp / "worker.log", "wb")
     worker = subprocess.Popen([sys.executable, "-m", "cli.main", "worker", "--concurrency", "1"], cwd=ROOT, env=env,
                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
@@ -96,7 +98,9 @@ def live_service(tmp: Path):  # noqa: ANN201
             if time.monotonic() > deadline or worker.poll() is not None:
                 raise RuntimeError("the worker did not start; see " + str(tmp / "worker.log"))
             time.sleep(0.1)
-        client = httpx.Client(base_url=f"http://127.0.0.1:{port}/api", headers={"Authorization": "Bearer bench-token"}, timeout=30)
+        client = httpx.Client(
+            base_url=f"http://127.0.0.1:{port}/api", headers={"Authorization": "Bearer bench-token"}, timeout=30
+        )
         yield settings, client
     finally:
         os.kill(worker.pid, signal.SIGTERM)
@@ -131,8 +135,8 @@ def service_launch(settings: Any, client: Any, dispatch: list[float] | None = No
 def ingest_rate(database_url: str, n: int) -> float:
     from sqlalchemy import text
 
-    from api.db import get_engine
-    from api.migrate import upgrade
+    from core.db import get_engine
+    from core.migrate import upgrade
     from worker.ingest import Ingestor
 
     upgrade(database_url)
@@ -156,16 +160,16 @@ def ingest_rate(database_url: str, n: int) -> float:
 
 
 @contextmanager
-def pg_database():  # noqa: ANN201
+def pg_database():
     import psycopg
 
-    from api.db import get_engine
+    from core.db import get_engine
 
     name = f"rankzero_w_bench_{secrets.token_hex(4)}"
     try:
         with psycopg.connect(PG_ADMIN, autocommit=True) as c:
             c.execute(f'CREATE DATABASE "{name}"')
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         print(f"(PostgreSQL skipped: {exc})", file=sys.stderr)
         yield None
         return
@@ -196,9 +200,24 @@ def main(argv: list[str]) -> None:
                 bares.append(bare_launch(tmp, i))
                 svcs.append(service_launch(settings, client, dispatch))
         bare, svc = statistics.median(bares), statistics.median(svcs)
-        rows.append(("launch → first optimizer step, bare torchrun", "-", f"{bare:.2f} s (runs: {', '.join(f'{b:.1f}' for b in bares)})", "", ""))
-        rows.append(("submit → torchrun started (the service's own share)", "SQLite + embedded broker",
-                     f"{statistics.median(dispatch):.2f} s (max {max(dispatch):.2f})", "≤ 1.0 s", "pass" if statistics.median(dispatch) <= 1.0 else "FAIL"))
+        rows.append(
+            (
+                "launch → first optimizer step, bare torchrun",
+                "-",
+                f"{bare:.2f} s (runs: {', '.join(f'{b:.1f}' for b in bares)})",
+                "",
+                "",
+            )
+        )
+        rows.append(
+            (
+                "submit → torchrun started (the service's own share)",
+                "SQLite + embedded broker",
+                f"{statistics.median(dispatch):.2f} s (max {max(dispatch):.2f})",
+                "≤ 1.0 s",
+                "pass" if statistics.median(dispatch) <= 1.0 else "FAIL",
+            )
+        )
         rows.append(("submit → first optimizer step, service", "SQLite + embedded broker", f"{svc:.2f} s (runs: {', '.join(f'{v:.1f}' for v in svcs)})",
                      f"≤ bare + 1.0 s ({bare + 1.0:.2f} s)", "pass" if svc <= bare + 1.0 else "FAIL"))  # fmt: skip
         rate = ingest_rate(f"sqlite:///{tmp / 'ingest.db'}", n_ingest)
@@ -206,7 +225,15 @@ def main(argv: list[str]) -> None:
         with pg_database() as url:
             if url:
                 rate = ingest_rate(url, n_ingest)
-                rows.append(("metric ingest", "PostgreSQL", f"{rate:,.0f} points/s", "≥ 50,000 points/s", "pass" if rate >= 50_000 else "FAIL"))
+                rows.append(
+                    (
+                        "metric ingest",
+                        "PostgreSQL",
+                        f"{rate:,.0f} points/s",
+                        "≥ 50,000 points/s",
+                        "pass" if rate >= 50_000 else "FAIL",
+                    )
+                )
         sys.path.insert(0, str(ROOT / "bench"))
         from metrics_query import measure
 

@@ -106,7 +106,11 @@ def trainer_spec(steps: int, warmup: int) -> dict:
     return {
         "name": "bench",
         "model": {"name": "mlp", "args": {"in_features": FEATURES, "hidden": HIDDEN, "num_classes": CLASSES}},
-        "data": {"name": "synthetic", "args": {"num_samples": NUM_SAMPLES, "num_features": FEATURES, "num_classes": CLASSES}, "val_fraction": 0.0},
+        "data": {
+            "name": "synthetic",
+            "args": {"num_samples": NUM_SAMPLES, "num_features": FEATURES, "num_classes": CLASSES},
+            "val_fraction": 0.0,
+        },
         "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
         "batch_size": BATCH,
         "nproc": 2,
@@ -136,12 +140,23 @@ def run_trainer(work: Path, steps: int, warmup: int) -> dict[str, float]:
     spec_path.write_text(json.dumps(trainer_spec(steps, warmup)))
     _torchrun(str(Path(__file__).resolve()), "--trainer-worker", "--spec", str(spec_path), "--run-dir", str(run_dir))
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
-    return _rates([(e["step"], e["time"], e["cpu_s"]) for e in events if e["type"] == "progress" and e["step"] >= warmup])
+    return _rates(
+        [(e["step"], e["time"], e["cpu_s"]) for e in events if e["type"] == "progress" and e["step"] >= warmup]
+    )
 
 
 def run_bare(work: Path, steps: int, warmup: int) -> dict[str, float]:
     result = work / "bare.json"
-    _torchrun(str(Path(__file__).resolve()), "--bare-worker", "--steps", str(steps), "--warmup", str(warmup), "--result", str(result))
+    _torchrun(
+        str(Path(__file__).resolve()),
+        "--bare-worker",
+        "--steps",
+        str(steps),
+        "--warmup",
+        str(warmup),
+        "--result",
+        str(result),
+    )
     return json.loads(result.read_text())
 
 
@@ -171,13 +186,20 @@ def main() -> None:
             bare = run_bare(Path(tmp), args.steps, args.warmup)
             rows.append((r + 1, trainer, bare))
             print(f"round {r + 1}: trainer {trainer}, bare {bare}", file=sys.stderr, flush=True)
-    print(f"\nMLP {FEATURES}-{HIDDEN}-{CLASSES}, batch {BATCH}/rank, 2 ranks, gloo, CPU; steps {args.warmup}..{args.steps}\n")
+    print(
+        f"\nMLP {FEATURES}-{HIDDEN}-{CLASSES}, batch {BATCH}/rank, 2 ranks, gloo, CPU; steps {args.warmup}..{args.steps}\n"
+    )
     print("| round | trainer samples/s | bare samples/s | ratio | trainer samples/CPU-s | bare samples/CPU-s | ratio |")
     print("|---|---|---|---|---|---|---|")
     for r, t, b in rows:
-        print(f"| {r} | {t['wall']:,.0f} | {b['wall']:,.0f} | {t['wall'] / b['wall']:.3f} "
-              f"| {t['cpu']:,.0f} | {b['cpu']:,.0f} | {t['cpu'] / b['cpu']:.3f} |")
-    med = {k: (statistics.median(t[k] for _, t, _ in rows), statistics.median(b[k] for _, _, b in rows)) for k in ("wall", "cpu")}
+        print(
+            f"| {r} | {t['wall']:,.0f} | {b['wall']:,.0f} | {t['wall'] / b['wall']:.3f} "
+            f"| {t['cpu']:,.0f} | {b['cpu']:,.0f} | {t['cpu'] / b['cpu']:.3f} |"
+        )
+    med = {
+        k: (statistics.median(t[k] for _, t, _ in rows), statistics.median(b[k] for _, _, b in rows))
+        for k in ("wall", "cpu")
+    }
     (tw, bw), (tc, bc) = med["wall"], med["cpu"]
     print(f"| median | {tw:,.0f} | {bw:,.0f} | {tw / bw:.3f} | {tc:,.0f} | {bc:,.0f} | {tc / bc:.3f} |")
     print("\nsamples/s: steady state, median 100-step window of each run (wall clock, rank 0).")

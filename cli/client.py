@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from api.settings import Settings
+from core.settings import Settings
 
 
 class CliError(Exception):
@@ -28,11 +28,15 @@ def default_url(settings: Settings) -> str:
 class Api:
     def __init__(self, url: str, token: str, timeout: float = 30.0) -> None:
         self.url = url.rstrip("/")
-        self.http = httpx.Client(base_url=self.url + "/api", headers={"Authorization": f"Bearer {token}"}, timeout=timeout)
+        self.http = httpx.Client(
+            base_url=self.url + "/api", headers={"Authorization": f"Bearer {token}"}, timeout=timeout
+        )
 
     def _check(self, r: httpx.Response) -> httpx.Response:
         if r.status_code == 401:
-            raise CliError("the API rejected the token: pass --token or set RANKZERO_API_TOKEN (`rankzero up` prints it)")
+            raise CliError(
+                "the API rejected the token: pass --token or set RANKZERO_API_TOKEN (`rankzero up` prints it)"
+            )
         if r.status_code == 404:
             raise CliError(_detail(r) or f"not found: {r.request.url.path}")
         if r.status_code == 422:
@@ -45,7 +49,9 @@ class Api:
         try:
             r = self.http.request(method, path, **kw)
         except httpx.TransportError as exc:
-            raise CliError(f"cannot reach the API at {self.url} ({exc}): start it with `rankzero up`, or pass --url / set RANKZERO_URL") from None
+            raise CliError(
+                f"cannot reach the API at {self.url} ({exc}): start it with `rankzero up`, or pass --url / set RANKZERO_URL"
+            ) from None
         return self._check(r).json()
 
     def get(self, path: str, **params: Any) -> Any:
@@ -73,5 +79,9 @@ def _detail(r: httpx.Response) -> str:
         return r.text[:500]
     detail = body.get("detail", body) if isinstance(body, dict) else body
     if isinstance(detail, list):
-        return "\n".join(f"  {'.'.join(str(x) for x in d.get('loc', []) if x != 'body')}: {d.get('msg')}" for d in detail if isinstance(d, dict))
+        return "\n".join(
+            f"  {'.'.join(str(x) for x in d.get('loc', []) if x != 'body')}: {d.get('msg')}"
+            for d in detail
+            if isinstance(d, dict)
+        )
     return str(detail)

@@ -17,16 +17,23 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from api.settings import Settings
 from cli.client import Api, CliError, default_url
+from core.settings import Settings
 
 app = typer.Typer(help="rankzero: PyTorch training jobs (torchrun DDP / gradient accumulation) behind a REST API.",
                   no_args_is_help=True, pretty_exceptions_enable=False)  # fmt: skip
 console = Console()
 err = Console(stderr=True)
 
-UrlOpt = Annotated[str | None, typer.Option("--url", envvar="RANKZERO_URL", help="API base URL (default: the local settings).")]
-TokenOpt = Annotated[str | None, typer.Option("--token", envvar="RANKZERO_API_TOKEN", help="API token (default: the local one).", show_default=False)]
+UrlOpt = Annotated[
+    str | None, typer.Option("--url", envvar="RANKZERO_URL", help="API base URL (default: the local settings).")
+]
+TokenOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--token", envvar="RANKZERO_API_TOKEN", help="API token (default: the local one).", show_default=False
+    ),
+]
 
 
 def _api(url: str | None, token: str | None) -> Api:
@@ -48,24 +55,31 @@ def _run(fn: Any) -> Any:
 
 # --- running the service ---------------------------------------------------------------------
 
+
 @app.command()
 def up(
     port: Annotated[int | None, typer.Option(help="API port (default RANKZERO_PORT or 8000).")] = None,
-    concurrency: Annotated[int | None, typer.Option(help="Jobs the worker runs at once (default: its GPU count, at least 1).")] = None,
+    concurrency: Annotated[
+        int | None, typer.Option(help="Jobs the worker runs at once (default: its GPU count, at least 1).")
+    ] = None,
 ) -> None:
     """API + worker on this machine: SQLite and an embedded broker under RANKZERO_DATA_DIR, bound to 127.0.0.1."""
-    from api.migrate import upgrade
     from api.server import serve
     from cli.serve import start_worker_process, stop_process
+    from core.migrate import upgrade
 
     settings = Settings(**({"port": port} if port else {}))
-    settings = settings.model_copy(update={"host": "127.0.0.1"})  # `up` is the local default; `rankzero api` binds elsewhere
+    settings = settings.model_copy(
+        update={"host": "127.0.0.1"}
+    )  # `up` is the local default; `rankzero api` binds elsewhere
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     upgrade(settings.resolved_database_url)
     token = settings.token()
     worker = start_worker_process(settings, concurrency, settings.data_dir / "worker.log")
     url = default_url(settings)
-    console.print(f"[bold green]rankzero[/] is up at [link={url}]{url}[/link]  (dashboard: {url}/, API docs: {url}/docs)")
+    console.print(
+        f"[bold green]rankzero[/] is up at [link={url}]{url}[/link]  (dashboard: {url}/, API docs: {url}/docs)"
+    )
     console.print(f"API token: [bold]{token}[/]   (export RANKZERO_API_TOKEN={token})")
     console.print(f"data: {settings.data_dir}   worker log: {settings.data_dir / 'worker.log'}   Ctrl-C stops both")
     try:
@@ -97,8 +111,12 @@ def api(
 
 @app.command()
 def worker(
-    concurrency: Annotated[int | None, typer.Option("--concurrency", "-c", help="Jobs at once (default: the GPU count, at least 1).")] = None,
-    pool: Annotated[str, typer.Option(help="Celery pool: threads (default; a supervisor mostly waits), prefork or solo.")] = "threads",
+    concurrency: Annotated[
+        int | None, typer.Option("--concurrency", "-c", help="Jobs at once (default: the GPU count, at least 1).")
+    ] = None,
+    pool: Annotated[
+        str, typer.Option(help="Celery pool: threads (default; a supervisor mostly waits), prefork or solo.")
+    ] = "threads",
     loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "info",
 ) -> None:
     """Run only a worker (Celery), using RANKZERO_BROKER_URL / RANKZERO_DATABASE_URL when set."""
@@ -108,6 +126,7 @@ def worker(
 
 
 # --- talking to it ---------------------------------------------------------------------------
+
 
 def _load_spec(path: Path) -> dict[str, Any]:
     try:
@@ -126,14 +145,18 @@ def _load_spec(path: Path) -> dict[str, Any]:
 @app.command()
 def submit(
     spec: Annotated[Path, typer.Argument(help="Job spec, YAML or JSON (see `rankzero schema`).")],
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Show a progress bar with live loss and ETA until the job ends.")] = False,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Show a progress bar with live loss and ETA until the job ends.")
+    ] = False,
     url: UrlOpt = None,
     token: TokenOpt = None,
 ) -> None:
     """Submit a job."""
     client = _api(url, token)
     job = _run(lambda: client.post("/jobs", json=_load_spec(spec)))
-    console.print(f"job [bold]{job['id']}[/] queued: {job['name']} ({job['strategy']}, global batch {job['global_batch_size']})")
+    console.print(
+        f"job [bold]{job['id']}[/] queued: {job['name']} ({job['strategy']}, global batch {job['global_batch_size']})"
+    )
     if follow:
         from cli.follow import follow as follow_job
 
@@ -165,7 +188,9 @@ def jobs(
     for j in page["items"]:
         step = f"{j['step']}/{j['total_steps']}" if j.get("total_steps") else str(j["step"])
         loss = f"{j['latest_loss']:.4f}" if j.get("latest_loss") is not None else ""
-        table.add_row(str(j["id"]), j["name"], j["status"], j["strategy"], step, loss, str(j["attempt"]), j["created_at"][:19])
+        table.add_row(
+            str(j["id"]), j["name"], j["status"], j["strategy"], step, loss, str(j["attempt"]), j["created_at"][:19]
+        )
     console.print(table)
     console.print(f"{len(page['items'])} of {page['total']}")
 
@@ -195,7 +220,9 @@ def logs(
     rank: Annotated[int, typer.Option(help="Rank whose log to show.")] = 0,
     stream: Annotated[str, typer.Option(help="stderr or stdout.")] = "stderr",
     tail: Annotated[int | None, typer.Option(help="Only the last N bytes.")] = None,
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new output until the job ends.")] = False,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new output until the job ends.")
+    ] = False,
     url: UrlOpt = None,
     token: TokenOpt = None,
 ) -> None:
@@ -228,7 +255,9 @@ def checkpoints(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None
     rows = _run(lambda: _api(url, token).get(f"/jobs/{job_id}/checkpoints"))
     table = Table("id", "step", "epoch", "bytes", "sha256", "path")
     for c in rows:
-        table.add_row(str(c["id"]), str(c["step"]), str(c.get("epoch")), str(c["bytes"]), c["sha256"][:16] + "…", c["path"])
+        table.add_row(
+            str(c["id"]), str(c["step"]), str(c.get("epoch")), str(c["bytes"]), c["sha256"][:16] + "…", c["path"]
+        )
     console.print(table)
 
 
@@ -236,7 +265,9 @@ def checkpoints(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None
 def download(
     job_id: int,
     step: Annotated[int | None, typer.Option(help="Checkpoint step (default: the latest).")] = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="File to write (default: the checkpoint's name).")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="File to write (default: the checkpoint's name).")
+    ] = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
 ) -> None:
@@ -246,7 +277,9 @@ def download(
     if step is not None:
         rows = [c for c in rows if c["step"] == step]
     if not rows:
-        _fail(f"job {job_id} has no checkpoint{f' at step {step}' if step is not None else ''}: see `rankzero checkpoints {job_id}`")
+        _fail(
+            f"job {job_id} has no checkpoint{f' at step {step}' if step is not None else ''}: see `rankzero checkpoints {job_id}`"
+        )
     ckpt = max(rows, key=lambda c: c["step"])
     target = out or Path(Path(ckpt["path"]).name)
     digest = hashlib.sha256()
@@ -261,7 +294,9 @@ def download(
     _run(fetch)
     if digest.hexdigest() != ckpt["sha256"]:
         tmp.unlink(missing_ok=True)
-        _fail(f"sha256 mismatch for checkpoint {ckpt['id']}: got {digest.hexdigest()}, expected {ckpt['sha256']}; try again")
+        _fail(
+            f"sha256 mismatch for checkpoint {ckpt['id']}: got {digest.hexdigest()}, expected {ckpt['sha256']}; try again"
+        )
     tmp.replace(target)
     console.print(f"{target}  step {ckpt['step']}  {ckpt['bytes']} bytes  sha256 {ckpt['sha256']} ✓")
 

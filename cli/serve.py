@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from api.settings import Settings
+from core.settings import Settings
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
@@ -17,7 +17,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
 
 
 def default_concurrency(settings: Settings) -> int:
-    from worker.gpus import host_gpus
+    from core.capacity import host_gpus
 
     return max(1, len(host_gpus(settings)))
 
@@ -50,7 +50,14 @@ def _die_with_parent() -> None:
 def start_worker_process(settings: Settings, concurrency: int | None, log_path: Path) -> subprocess.Popen[bytes]:
     """`rankzero worker` as a child in its own process group (for `rankzero up`)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "cli.main", "worker", "--concurrency", str(concurrency or default_concurrency(settings))]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cli.main",
+        "worker",
+        "--concurrency",
+        str(concurrency or default_concurrency(settings)),
+    ]
     with open(log_path, "ab") as log:
         return subprocess.Popen(cmd, env=settings_env(settings), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                 cwd=Path(__file__).resolve().parent.parent, preexec_fn=_die_with_parent)  # fmt: skip

@@ -25,7 +25,7 @@ PG_URL_TEMPLATE = "postgresql://postgres@127.0.0.1:5432/{name}"
 API_TOKEN = "test-token-0123456789"
 
 
-def _pg_admin():  # noqa: ANN202
+def _pg_admin():
     import psycopg
 
     return psycopg.connect(PG_ADMIN_DSN, autocommit=True)
@@ -40,7 +40,7 @@ def sqlite_url(tmp_path: Path) -> str:
 def pg_url() -> Iterator[str]:
     try:
         admin = _pg_admin()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         pytest.skip(f"PostgreSQL on 127.0.0.1:5432 is not reachable: {exc}")
     name = f"rankzero_t_{secrets.token_hex(6)}"
     with admin:
@@ -49,7 +49,7 @@ def pg_url() -> Iterator[str]:
     try:
         yield url
     finally:
-        from api.db import get_engine
+        from core.db import get_engine
 
         get_engine(url).dispose()
         with _pg_admin() as admin:
@@ -64,7 +64,7 @@ def database_url(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def api_settings(tmp_path: Path, sqlite_url: str) -> Callable[..., Any]:
     """Factory: Settings rooted in tmp_path (runs dir created), token API_TOKEN, SQLite unless told."""
-    from api.settings import Settings
+    from core.settings import Settings
 
     def make(database_url: str | None = None, **overrides: Any) -> Settings:
         values: dict[str, Any] = {

@@ -23,7 +23,9 @@ def compose() -> dict:
 def _validate(path: Path) -> subprocess.CompletedProcess[str]:
     # A test dependency (pyproject's test extras): missing it is a broken install, not a skip.
     exe = str(Path(sys.executable).with_name("check-jsonschema"))
-    return subprocess.run([exe, "--builtin-schema", "vendor.compose-spec", str(path)], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [exe, "--builtin-schema", "vendor.compose-spec", str(path)], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_compose_file_is_valid_compose_spec() -> None:

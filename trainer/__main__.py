@@ -14,7 +14,9 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m trainer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m trainer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--spec", required=True, help="job spec file (.json, or .yaml/.yml)")
     parser.add_argument("--run-dir", required=True, help="run directory: events.jsonl, checkpoints/, spec.json go here")
     return parser.parse_args(argv)

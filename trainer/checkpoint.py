@@ -45,8 +45,14 @@ class CheckpointWriteError(OSError):
 
     def __init__(self, path: Path, cause: OSError) -> None:
         earlier = [p for p in sorted(path.parent.glob("step_*.pt")) if p != path]
-        kept = f"the previous checkpoint {earlier[-1].name} is intact and still the latest" if earlier else "no earlier checkpoint exists"
-        super().__init__(cause.errno, f"could not save checkpoint {path.name} ({cause.strerror or cause}) in {path.parent}: {kept}")
+        kept = (
+            f"the previous checkpoint {earlier[-1].name} is intact and still the latest"
+            if earlier
+            else "no earlier checkpoint exists"
+        )
+        super().__init__(
+            cause.errno, f"could not save checkpoint {path.name} ({cause.strerror or cause}) in {path.parent}: {kept}"
+        )
 
 
 def write_atomic(path: Path, payload: dict[str, Any]) -> SavedCheckpoint:

@@ -84,8 +84,14 @@ def _fallback_failed_event(root: Path, note: dict, since: float) -> None:
         if _has_failed_event(path, since):
             return
         time.sleep(0.1)
-    event = {"seq": last_seq(path) + 1, "time": time.time(), "type": "failed",
-             "error": note["error"], "rank": note["rank"], "traceback": note["traceback"]}
+    event = {
+        "seq": last_seq(path) + 1,
+        "time": time.time(),
+        "type": "failed",
+        "error": note["error"],
+        "rank": note["rank"],
+        "traceback": note["traceback"],
+    }
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:

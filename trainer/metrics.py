@@ -34,7 +34,9 @@ class LossMeter:
     def reduce_mean(self, distributed: bool) -> float | None:
         """Mean loss over every sample of every rank since the last call, on rank 0 (None elsewhere
         and when nothing was seen). One reduce and one host sync per log interval."""
-        totals = torch.stack([self.loss_sum, torch.tensor(float(self.samples), dtype=torch.float64, device=self.loss_sum.device)])
+        totals = torch.stack(
+            [self.loss_sum, torch.tensor(float(self.samples), dtype=torch.float64, device=self.loss_sum.device)]
+        )
         self.loss_sum.zero_()
         self.samples = 0
         if distributed:

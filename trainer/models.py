@@ -42,7 +42,9 @@ class ConvNet(nn.Module):
             nn.Dropout(dropout),
             nn.Flatten(),
         )
-        self.classifier = nn.Sequential(nn.Linear(64 * 16, 128), nn.ReLU(), nn.Dropout(2 * dropout), nn.Linear(128, num_classes))
+        self.classifier = nn.Sequential(
+            nn.Linear(64 * 16, 128), nn.ReLU(), nn.Dropout(2 * dropout), nn.Linear(128, num_classes)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.features(x))

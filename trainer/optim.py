@@ -13,7 +13,9 @@ from trainer.spec import OptimizerSpec, SchedulerSpec
 def build_optimizer(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimizer:
     params = [p for p in model.parameters() if p.requires_grad]
     if spec.name == "sgd":
-        return torch.optim.SGD(params, lr=spec.lr, momentum=spec.momentum, nesterov=spec.nesterov, weight_decay=spec.weight_decay)
+        return torch.optim.SGD(
+            params, lr=spec.lr, momentum=spec.momentum, nesterov=spec.nesterov, weight_decay=spec.weight_decay
+        )
     cls = torch.optim.AdamW if spec.name == "adamw" else torch.optim.Adam
     return cls(params, lr=spec.lr, betas=tuple(spec.betas), eps=spec.eps, weight_decay=spec.weight_decay)
 
@@ -32,6 +34,8 @@ def lr_factor(spec: SchedulerSpec, step: int, total_steps: int) -> float:
     return 1.0
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, spec: SchedulerSpec, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, spec: SchedulerSpec, total_steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
     # A closure, not a callable object: LambdaLR's state_dict then stays plain data (weights_only loads it).
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(spec, step, total_steps))

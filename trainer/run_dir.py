@@ -17,6 +17,11 @@ from pathlib import Path
 CHECKPOINT_NAME = re.compile(r"^step_(\d{8,})\.pt$")
 
 
+def job_run_dir(runs_dir: Path, job_id: int) -> Path:
+    """Where job `job_id` runs: `<runs dir>/job_<id>`. The one place that names a job's directory."""
+    return runs_dir / f"job_{int(job_id)}"
+
+
 @dataclass(frozen=True)
 class RunDir:
     root: Path

@@ -54,8 +54,7 @@ def _check_component_name(name: str, builtins: tuple[str, ...], what: str) -> st
     if name in builtins or is_user_code(name):
         return name
     raise ValueError(
-        f"unknown {what} {name!r}: use one of {', '.join(builtins)} "
-        f"or user code as 'package.module:function'"
+        f"unknown {what} {name!r}: use one of {', '.join(builtins)} or user code as 'package.module:function'"
     )
 
 
@@ -65,17 +64,24 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_default=True)
 
 
-Args = Annotated[dict[str, Any], Field(default_factory=dict, description="Keyword arguments for the factory (plain JSON).")]
+Args = Annotated[
+    dict[str, Any], Field(default_factory=dict, description="Keyword arguments for the factory (plain JSON).")
+]
 
 
 class ModelSpec(StrictModel):
-    name: str = Field("mlp", max_length=200, description="Built-in model (mlp, convnet, resnet18, resnet50) or 'package.module:function' returning an nn.Module.")
+    name: str = Field(
+        "mlp",
+        max_length=200,
+        description="Built-in model (mlp, convnet, resnet18, resnet50) or 'package.module:function' returning an nn.Module.",
+    )
     args: Args
 
     @field_validator("name")
     @classmethod
     def _check_name(cls, v: str) -> str:
         return _check_component_name(v, BUILTIN_MODELS, "model")
+
     @field_validator("args")
     @classmethod
     def _check_args(cls, v: dict[str, Any]) -> dict[str, Any]:
@@ -83,9 +89,18 @@ class ModelSpec(StrictModel):
 
 
 class DataSpec(StrictModel):
-    name: str = Field("digits", max_length=200, description="Built-in data set or 'package.module:function' returning a Dataset or (train, val).")
+    name: str = Field(
+        "digits",
+        max_length=200,
+        description="Built-in data set or 'package.module:function' returning a Dataset or (train, val).",
+    )
     args: Args
-    val_fraction: float = Field(0.1, ge=0.0, le=0.5, description="Share of the data held out for validation when the data set has no split of its own.")
+    val_fraction: float = Field(
+        0.1,
+        ge=0.0,
+        le=0.5,
+        description="Share of the data held out for validation when the data set has no split of its own.",
+    )
     shuffle: bool = Field(True, description="Shuffle the training order each epoch (seeded, identical on every rank).")
     num_workers: int = Field(0, ge=0, le=32, description="DataLoader worker processes per rank.")
 
@@ -93,6 +108,7 @@ class DataSpec(StrictModel):
     @classmethod
     def _check_name(cls, v: str) -> str:
         return _check_component_name(v, BUILTIN_DATA, "data set")
+
     @field_validator("args")
     @classmethod
     def _check_args(cls, v: dict[str, Any]) -> dict[str, Any]:
@@ -100,7 +116,11 @@ class DataSpec(StrictModel):
 
 
 class LossSpec(StrictModel):
-    name: str = Field("cross_entropy", max_length=200, description="cross_entropy, mse, or 'package.module:function' with fn(model, batch) -> scalar tensor.")
+    name: str = Field(
+        "cross_entropy",
+        max_length=200,
+        description="cross_entropy, mse, or 'package.module:function' with fn(model, batch) -> scalar tensor.",
+    )
 
     @field_validator("name")
     @classmethod
@@ -114,7 +134,9 @@ class OptimizerSpec(StrictModel):
     momentum: float = Field(0.0, ge=0.0, lt=1.0, description="SGD momentum.")
     nesterov: bool = Field(False, description="SGD Nesterov momentum (needs momentum > 0).")
     weight_decay: float = Field(0.0, ge=0.0, le=1.0, description="Weight decay (decoupled for AdamW).")
-    betas: tuple[Annotated[float, Field(ge=0.0, lt=1.0)], Annotated[float, Field(ge=0.0, lt=1.0)]] = Field((0.9, 0.999), description="Adam/AdamW betas.")
+    betas: tuple[Annotated[float, Field(ge=0.0, lt=1.0)], Annotated[float, Field(ge=0.0, lt=1.0)]] = Field(
+        (0.9, 0.999), description="Adam/AdamW betas."
+    )
     eps: float = Field(1e-8, gt=0.0, le=1.0, description="Adam/AdamW epsilon.")
 
     @model_validator(mode="after")
@@ -126,25 +148,38 @@ class OptimizerSpec(StrictModel):
 
 class SchedulerSpec(StrictModel):
     name: Literal["constant", "cosine", "step"] = Field("constant", description="Learning-rate schedule after warmup.")
-    warmup_steps: int = Field(0, ge=0, le=10_000_000, description="Linear warmup from 0 to lr over this many optimizer steps.")
+    warmup_steps: int = Field(
+        0, ge=0, le=10_000_000, description="Linear warmup from 0 to lr over this many optimizer steps."
+    )
     min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0, description="Cosine: final lr as a share of lr.")
-    step_size: int = Field(1000, ge=1, le=10_000_000, description="Step: multiply lr by gamma every step_size optimizer steps.")
+    step_size: int = Field(
+        1000, ge=1, le=10_000_000, description="Step: multiply lr by gamma every step_size optimizer steps."
+    )
     gamma: float = Field(0.1, gt=0.0, le=1.0, description="Step: decay factor.")
 
 
 class CheckpointSpec(StrictModel):
-    every_steps: int | None = Field(None, ge=1, le=10_000_000, description="Save every N optimizer steps (None: not by steps).")
+    every_steps: int | None = Field(
+        None, ge=1, le=10_000_000, description="Save every N optimizer steps (None: not by steps)."
+    )
     every_epochs: int | None = Field(1, ge=1, le=100_000, description="Save every N epochs (None: not by epochs).")
-    keep_last: int = Field(3, ge=1, le=1000, description="Keep this many most recent checkpoints; a final one is always written.")
+    keep_last: int = Field(
+        3, ge=1, le=1000, description="Keep this many most recent checkpoints; a final one is always written."
+    )
 
 
 class JobSpec(StrictModel):
     """A training job. Global batch = batch_size × accumulation_steps × nproc × nnodes."""
 
-    name: str = Field("job", pattern=NAME_PATTERN, description="Job name: letters, digits, '.', '_' or '-', at most 100 characters.")
+    name: str = Field(
+        "job", pattern=NAME_PATTERN, description="Job name: letters, digits, '.', '_' or '-', at most 100 characters."
+    )
     model: ModelSpec = Field(default_factory=ModelSpec)
     data: DataSpec = Field(default_factory=DataSpec)
-    loss: LossSpec | None = Field(default_factory=LossSpec, description="Loss; null when a user model computes its own loss: its forward(*batch) returns the scalar loss.")
+    loss: LossSpec | None = Field(
+        default_factory=LossSpec,
+        description="Loss; null when a user model computes its own loss: its forward(*batch) returns the scalar loss.",
+    )
     optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
     scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
     batch_size: int = Field(32, ge=1, le=65_536, description="Samples per process per micro-batch.")
@@ -156,19 +191,45 @@ class JobSpec(StrictModel):
         description="ddp: native DistributedDataParallel; manual: hand-written all-reduce once per optimizer step; "
         "dataparallel: one process driving every visible GPU with nn.DataParallel (needs nproc 1 and ≥ 2 GPUs).",
     )
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda:LOCAL_RANK when a GPU is visible, else CPU.")
-    epochs: int | None = Field(None, ge=1, le=100_000, description="Epochs to train (one of epochs / max_steps, or both: the first reached ends the run).")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="auto: cuda:LOCAL_RANK when a GPU is visible, else CPU."
+    )
+    epochs: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description="Epochs to train (one of epochs / max_steps, or both: the first reached ends the run).",
+    )
     max_steps: int | None = Field(None, ge=1, le=1_000_000_000, description="Optimizer steps to train.")
-    precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="fp32; bf16 autocast; fp16 autocast with GradScaler (CUDA only).")
-    sync_batchnorm: bool = Field(False, description="Convert BatchNorm to SyncBatchNorm (DDP on CUDA only: PyTorch has no CPU kernel for it).")
-    grad_clip_norm: float | None = Field(None, gt=0.0, le=1e6, description="Clip the global gradient norm (after unscaling).")
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        "fp32", description="fp32; bf16 autocast; fp16 autocast with GradScaler (CUDA only)."
+    )
+    sync_batchnorm: bool = Field(
+        False, description="Convert BatchNorm to SyncBatchNorm (DDP on CUDA only: PyTorch has no CPU kernel for it)."
+    )
+    grad_clip_norm: float | None = Field(
+        None, gt=0.0, le=1e6, description="Clip the global gradient norm (after unscaling)."
+    )
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed for weights, shuffling and augmentation.")
-    log_every: int = Field(10, ge=1, le=1_000_000, description="Reduce train/loss to rank 0 and log every N optimizer steps.")
-    eval_every: int | None = Field(None, ge=1, le=10_000_000, description="Validate every N optimizer steps (None: at the end of each epoch).")
+    log_every: int = Field(
+        10, ge=1, le=1_000_000, description="Reduce train/loss to rank 0 and log every N optimizer steps."
+    )
+    eval_every: int | None = Field(
+        None, ge=1, le=10_000_000, description="Validate every N optimizer steps (None: at the end of each epoch)."
+    )
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
-    resume_from: str | None = Field(None, min_length=1, max_length=4096, description="Checkpoint file to resume from (the service only allows paths inside its runs dir).")
-    max_restarts: int = Field(0, ge=0, le=100, description="Restart a failed attempt from its latest checkpoint at most this many times.")
-    stall_timeout_s: float | None = Field(None, ge=10.0, le=7 * 24 * 3600.0, description="Fail (or restart) the job when no event arrives for this long.")
+    resume_from: str | None = Field(
+        None,
+        min_length=1,
+        max_length=4096,
+        description="Checkpoint file to resume from (the service only allows paths inside its runs dir).",
+    )
+    max_restarts: int = Field(
+        0, ge=0, le=100, description="Restart a failed attempt from its latest checkpoint at most this many times."
+    )
+    stall_timeout_s: float | None = Field(
+        None, ge=10.0, le=7 * 24 * 3600.0, description="Fail (or restart) the job when no event arrives for this long."
+    )
 
     @field_validator("resume_from")
     @classmethod

@@ -10,8 +10,14 @@ from typing import Any
 
 from trainer.spec import json_schema
 
-BOUNDS = (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"), ("exclusiveMaximum", "<"),
-          ("minLength", "length ≥"), ("maxLength", "length ≤"))
+BOUNDS = (
+    ("minimum", "≥"),
+    ("exclusiveMinimum", ">"),
+    ("maximum", "≤"),
+    ("exclusiveMaximum", "<"),
+    ("minLength", "length ≥"),
+    ("maxLength", "length ≤"),
+)
 
 
 def _type(prop: dict[str, Any], defs: dict[str, Any]) -> str:

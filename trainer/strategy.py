@@ -92,7 +92,9 @@ class DataParallelStrategy(Strategy):
 
     def __init__(self, module: nn.Module, ctx: DistContext) -> None:
         super().__init__(module)
-        self.model = nn.DataParallel(module, device_ids=list(range(torch.cuda.device_count())), output_device=ctx.device)
+        self.model = nn.DataParallel(
+            module, device_ids=list(range(torch.cuda.device_count())), output_device=ctx.device
+        )
 
 
 def build_strategy(spec: JobSpec, module: nn.Module, ctx: DistContext) -> Strategy:

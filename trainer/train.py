@@ -76,8 +76,17 @@ def train(spec: JobSpec, root: str | Path, on_strategy: Callable[[Strategy], Non
 
 
 class _Run:
-    def __init__(self, spec: JobSpec, run: RunDir, ctx: DistContext, events: EventLog, stop: StopSignal, on_strategy) -> None:
-        self.spec, self.run, self.ctx, self.events, self.stop, self.on_strategy = spec, run, ctx, events, stop, on_strategy
+    def __init__(
+        self, spec: JobSpec, run: RunDir, ctx: DistContext, events: EventLog, stop: StopSignal, on_strategy
+    ) -> None:
+        self.spec, self.run, self.ctx, self.events, self.stop, self.on_strategy = (
+            spec,
+            run,
+            ctx,
+            events,
+            stop,
+            on_strategy,
+        )
         self.device = ctx.device
 
     # ----------------------------------------------------------------------------------------- build
@@ -95,7 +104,9 @@ class _Run:
         train_set, self.val_set = build_datasets(spec.data, spec.seed)
         if ctx.local_rank == 0:
             barrier(ctx)
-        self.layout = BatchLayout(len(train_set), spec.batch_size, spec.accumulation_steps, ctx.world_size, spec.seed, spec.data.shuffle)
+        self.layout = BatchLayout(
+            len(train_set), spec.batch_size, spec.accumulation_steps, ctx.world_size, spec.seed, spec.data.shuffle
+        )
         self.steps_per_epoch = self.layout.steps_per_epoch
         self.total_steps = total_steps_for(spec, self.steps_per_epoch)
         self.train_set = train_set
@@ -140,7 +151,10 @@ class _Run:
             self.autocast = lambda: torch.autocast(self.device.type, dtype=dtype)
 
     def _check_resumable(self, c: dict[str, Any]) -> None:
-        if int(c["global_batch_size"]) != self.layout.global_batch or int(c["num_train_samples"]) != self.layout.num_samples:
+        if (
+            int(c["global_batch_size"]) != self.layout.global_batch
+            or int(c["num_train_samples"]) != self.layout.num_samples
+        ):
             raise ValueError(
                 f"cannot resume exactly from {self.spec.resume_from}: it was trained with global batch "
                 f"{c['global_batch_size']} on {c['num_train_samples']} samples, this spec gives {self.layout.global_batch} "
@@ -169,9 +183,17 @@ class _Run:
         )
         meter = LossMeter(self.device)
         control = RunControl(self.stop, ctx.rank, ctx.world_size, self.device, CONTROL_EVERY)
-        loader = train_loader(self.train_set, self.layout, ctx.rank, self.start_step, self.total_steps, spec.data.num_workers, self.device)
+        loader = train_loader(
+            self.train_set, self.layout, ctx.rank, self.start_step, self.total_steps, spec.data.num_workers, self.device
+        )
         batches = iter(loader)
-        model, optimizer, scheduler, scaler, loss_fn = strategy.model, self.optimizer, self.scheduler, self.scaler, self.loss_fn
+        model, optimizer, scheduler, scaler, loss_fn = (
+            strategy.model,
+            self.optimizer,
+            self.scheduler,
+            self.scaler,
+            self.loss_fn,
+        )
         clip = spec.grad_clip_norm
         model.train()
         self._interval_start = (self.start_step, time.perf_counter())
@@ -211,7 +233,9 @@ class _Run:
                 if self.val_loader is not None and self._eval_due(done):
                     self._validate(done)
                 path = self._save(done) if last_saved != done else self.run.checkpoint_path(done)
-                self.events.emit("stopped", step=done, checkpoint=str(path.relative_to(self.run.root)), reason="SIGTERM")
+                self.events.emit(
+                    "stopped", step=done, checkpoint=str(path.relative_to(self.run.root)), reason="SIGTERM"
+                )
                 return EXIT_STOPPED
             if done % spec.log_every == 0 or done == self.total_steps:
                 self._log(done, meter, G)
@@ -241,8 +265,15 @@ class _Run:
             emit("metric", step=done, name="train/loss", value=mean_loss)
         emit("metric", step=done, name="lr", value=self.scheduler.get_last_lr()[0])
         emit("metric", step=done, name="throughput/samples_per_s", value=samples_per_s)
-        emit("progress", step=done, total_steps=self.total_steps, epoch=epoch, samples=done * global_batch,
-             samples_per_s=samples_per_s, eta_s=eta)
+        emit(
+            "progress",
+            step=done,
+            total_steps=self.total_steps,
+            epoch=epoch,
+            samples=done * global_batch,
+            samples_per_s=samples_per_s,
+            eta_s=eta,
+        )
 
     def _eval_due(self, done: int) -> bool:
         every = self.spec.eval_every or self.steps_per_epoch
@@ -316,8 +347,14 @@ class _Run:
                 "spec": json.dumps(self.spec.model_dump(mode="json")),
             }
             saved = ckpt_io.write_atomic(path, payload)
-            self.events.emit("checkpoint", step=done, epoch=done // self.steps_per_epoch,
-                             path=str(path.relative_to(self.run.root)), bytes=saved.bytes, sha256=saved.sha256)
+            self.events.emit(
+                "checkpoint",
+                step=done,
+                epoch=done // self.steps_per_epoch,
+                path=str(path.relative_to(self.run.root)),
+                bytes=saved.bytes,
+                sha256=saved.sha256,
+            )
             ckpt_io.prune(self.run, self.spec.checkpoint.keep_last)
         self._exclude_from_throughput(time.perf_counter() - began)
         return path

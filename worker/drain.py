@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from api.settings import Settings
+from core.settings import Settings
 
 
 def _flag(settings: Settings, pid: int) -> Path:

@@ -27,7 +27,11 @@ class Failure:
     def text(self) -> str:
         head = self.message
         if self.rank is not None:
-            head = f"rank {self.rank} failed" + (f" with exit code {self.exit_code}" if self.exit_code is not None else "") + f": {head}"
+            head = (
+                f"rank {self.rank} failed"
+                + (f" with exit code {self.exit_code}" if self.exit_code is not None else "")
+                + f": {head}"
+            )
         return "\n".join([head, *(self.traceback or [])]).strip()
 
 
@@ -48,7 +52,9 @@ def _from_error_json(path: Path) -> Failure | None:
     else:
         text, stack = str(msg), ""
     rank = int(path.parent.name) if path.parent.name.isdigit() else None
-    return Failure(message=text.strip().splitlines()[-1] if text.strip() else "error", rank=rank, traceback=_tail(stack or text))
+    return Failure(
+        message=text.strip().splitlines()[-1] if text.strip() else "error", rank=rank, traceback=_tail(stack or text)
+    )
 
 
 def _from_launcher_log(path: Path) -> Failure | None:

@@ -9,35 +9,15 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shutil
 import socket
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from api.settings import Settings
-
-
-def detect_gpus() -> list[str]:
-    """GPU indices `nvidia-smi -L` lists; none when it is absent or fails."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return []
-    try:
-        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=10, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [str(i) for i, line in enumerate(line for line in out.splitlines() if line.startswith("GPU "))]
-
-
-def host_gpus(settings: Settings) -> list[str]:
-    """RANKZERO_GPUS ('0,1'; '' for none), else every GPU nvidia-smi sees."""
-    if settings.gpus is not None:
-        return [g.strip() for g in settings.gpus.split(",") if g.strip()]
-    return detect_gpus()
+from core.capacity import host_gpus
+from core.settings import Settings
 
 
 def lock_dir(settings: Settings) -> Path:
@@ -62,7 +42,7 @@ class GpuLease:
 
 
 def _try_lock(path: Path) -> IO[str] | None:
-    fh = open(path, "a")  # noqa: SIM115 - kept open for the life of the lease
+    fh = open(path, "a")
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from api.tables import Checkpoint, Job, MetricPoint, utcnow
+from core import jobs
+from core.tables import Checkpoint, Job, MetricPoint, utcnow
 
 BATCH = 20_000  # events per transaction
 COPY_THRESHOLD = 500  # PostgreSQL: from this many points on, COPY beats INSERT … VALUES
@@ -95,7 +96,9 @@ class Ingestor:
             job = s.get(Job, job_id)
             self.ingested_seq = job.ingested_seq if job else -1
             rows = s.execute(
-                select(MetricPoint.name, func.max(MetricPoint.step)).where(MetricPoint.job_id == job_id).group_by(MetricPoint.name)
+                select(MetricPoint.name, func.max(MetricPoint.step))
+                .where(MetricPoint.job_id == job_id)
+                .group_by(MetricPoint.name)
             ).all()
         self.max_step: dict[str, int] = {name: int(step) for name, step in rows}
         self._points = _insert(engine, MetricPoint.__table__).on_conflict_do_nothing(index_elements=["job_id", "seq"])
@@ -113,7 +116,9 @@ class Ingestor:
         ckpts: list[dict[str, Any]] = []
         progress: dict[str, Any] = {}
         top = self.ingested_seq
-        max_step = dict(self.max_step)  # kept only once the write commits: a failed write (database down) is retried whole
+        max_step = dict(
+            self.max_step
+        )  # kept only once the write commits: a failed write (database down) is retried whole
         for ev in events:
             seq = ev["seq"]
             self.outcome.last_event_seq = max(self.outcome.last_event_seq, seq)
@@ -137,7 +142,16 @@ class Ingestor:
                 if step <= max_step.get(name, -1):
                     continue  # a resumed attempt replaying steps we already hold
                 max_step[name] = step
-                points.append({"job_id": self.job_id, "seq": seq, "step": step, "name": name[:200], "value": value, "time": float(ev.get("time", 0.0))})
+                points.append(
+                    {
+                        "job_id": self.job_id,
+                        "seq": seq,
+                        "step": step,
+                        "name": name[:200],
+                        "value": value,
+                        "time": float(ev.get("time", 0.0)),
+                    }
+                )
                 if name == "train/loss":
                     progress["latest_loss"] = value
             elif kind == "progress":
@@ -168,9 +182,7 @@ class Ingestor:
             if ckpts:
                 conn.execute(self._ckpts, ckpts)
                 self._forget_deleted_checkpoints(conn)
-            conn.execute(
-                update(Job).where(Job.id == self.job_id).values(ingested_seq=top, heartbeat_at=utcnow(), **progress)  # type: ignore[arg-type]
-            )
+            jobs.record_ingested(conn, self.job_id, top, progress)
         self.ingested_seq = top
         self.max_step = max_step
         self.outcome.points += len(points)

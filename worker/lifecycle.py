@@ -9,8 +9,9 @@ from typing import Any
 
 from celery.signals import worker_ready, worker_shutting_down
 
-from api.settings import Settings
-from worker import capacity, drain, recover
+from core import capacity
+from core.settings import Settings
+from worker import drain, recover
 
 log = logging.getLogger("rankzero.worker")
 _stop = threading.Event()
@@ -23,7 +24,7 @@ def _settings(sender: Any) -> Settings:
 
 def prepare(settings: Settings) -> None:
     """Everything a worker needs before it takes a job (also called by `rankzero worker`)."""
-    from api.migrate import upgrade
+    from core.migrate import upgrade
 
     upgrade(settings.resolved_database_url)
     settings.resolved_runs_dir.mkdir(parents=True, exist_ok=True)

@@ -16,15 +16,14 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import select, text, update
+from sqlalchemy import select, text
 from sqlmodel import Session
 
-from api.db import get_engine
-from api.job_state import transition
-from api.settings import Settings
-from api.tables import Job, JobStatus
+from core import jobs, queue
+from core.db import get_engine
+from core.settings import Settings
+from core.tables import Job, JobStatus
 from trainer.spec import JobSpec
-from worker import dispatch
 
 log = logging.getLogger("rankzero.worker")
 S = JobStatus
@@ -42,8 +41,11 @@ def recover_once(settings: Settings) -> list[int]:
     cutoff = datetime.now(timezone.utc) - timedelta(seconds=settings.resolved_stale_after_s)
     touched: list[int] = []
     with Session(engine) as s:
-        rows = s.execute(select(Job.id, Job.status, Job.heartbeat_at, Job.attempt, Job.spec).where(
-            Job.status.in_([S.starting, S.running, S.cancelling, S.queued]))).all()  # type: ignore[attr-defined]
+        rows = s.execute(
+            select(Job.id, Job.status, Job.heartbeat_at, Job.attempt, Job.spec).where(
+                Job.status.in_([S.starting, S.running, S.cancelling, S.queued])
+            )
+        ).all()  # type: ignore[attr-defined]
     for job_id, status, raw_beat, attempt, spec in rows:
         beat = _aware(raw_beat)
         if beat is None or beat > cutoff:
@@ -52,33 +54,39 @@ def recover_once(settings: Settings) -> list[int]:
         since = f"no heartbeat since {beat.isoformat(timespec='seconds')}"
         with Session(engine) as s:
             if status == S.queued:
-                won = s.execute(update(Job).where(Job.id == job_id, Job.status == S.queued, Job.heartbeat_at == raw_beat)
-                                .values(heartbeat_at=None)).rowcount == 1  # type: ignore[arg-type]
+                won = jobs.take_stale_queued(s, job_id, raw_beat)
                 s.commit()
                 if won:
-                    dispatch.enqueue_or_defer(job_id, settings)
+                    queue.enqueue_or_defer(job_id, settings)
                     touched.append(job_id)
                 continue
             if status == S.cancelling:
-                won = transition(s, job_id, S.cancelled, expect=S.cancelling, detail=f"worker lost while cancelling ({since})", pid=None)
+                won = jobs.transition(
+                    s,
+                    job_id,
+                    S.cancelled,
+                    expect=S.cancelling,
+                    detail=f"worker lost while cancelling ({since})",
+                    pid=None,
+                )
             else:
                 try:
                     restarts = JobSpec.model_validate(spec).max_restarts
                 except ValueError:
                     restarts = 0
                 if attempt <= restarts:
-                    won = transition(s, job_id, S.queued, expect=status, detail=f"worker lost ({since}); resuming from the latest checkpoint",
+                    won = jobs.transition(s, job_id, S.queued, expect=status, detail=f"worker lost ({since}); resuming from the latest checkpoint",
                                      pid=None, heartbeat_at=None)  # fmt: skip
                 else:
                     msg = (f"worker {since} (host or worker died); the job was not restarted because max_restarts is {restarts}: "
                            "resubmit with resume_from set to its latest checkpoint, or set max_restarts")  # fmt: skip
-                    won = transition(s, job_id, S.failed, expect=status, detail="worker lost", error=msg, pid=None)
+                    won = jobs.transition(s, job_id, S.failed, expect=status, detail="worker lost", error=msg, pid=None)
             s.commit()
         if won:
             touched.append(job_id)
             log.warning("job %s: recovered (%s, was %s)", job_id, since, status.value)
             if status in (S.starting, S.running) and attempt <= restarts:
-                dispatch.enqueue_or_defer(job_id, settings)
+                queue.enqueue_or_defer(job_id, settings)
     return touched
 
 

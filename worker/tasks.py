@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from celery.exceptions import Reject
 
+from core.queue import TASK_RUN_JOB
 from worker import drain
-from worker.celery_app import TASK_RUN_JOB, app
+from worker.celery_app import app
 
 
 @app.task(name=TASK_RUN_JOB, bind=True, acks_late=True)
-def run_job(self, job_id: int) -> str:  # noqa: ANN001
+def run_job(self, job_id: int) -> str:
     from worker.supervise import run_job as supervise_job
 
     settings = self.app.conf.rankzero_settings

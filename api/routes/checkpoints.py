@@ -10,17 +10,20 @@ from sqlmodel import col, select
 
 from api.deps import CheckpointId, JobId, SessionDep, SettingsDep, job_or_404
 from api.models import CheckpointPublic, ErrorDetail
-from api.paths import UnsafePath, inside_runs_dir
-from api.run_dirs import run_dir_of
-from api.tables import Checkpoint, Job
+from core.paths import UnsafePath, inside_runs_dir, run_dir_of
+from core.tables import Checkpoint, Job
 
 router = APIRouter(tags=["checkpoints"])
 
 
-@router.get("/jobs/{job_id}/checkpoints", response_model=list[CheckpointPublic], responses={404: {"model": ErrorDetail}})
+@router.get(
+    "/jobs/{job_id}/checkpoints", response_model=list[CheckpointPublic], responses={404: {"model": ErrorDetail}}
+)
 def list_checkpoints(job_id: JobId, session: SessionDep) -> list[CheckpointPublic]:
     job_or_404(session, job_id)
-    rows = session.exec(select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(col(Checkpoint.step), col(Checkpoint.id))).all()
+    rows = session.exec(
+        select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(col(Checkpoint.step), col(Checkpoint.id))
+    ).all()
     return [CheckpointPublic.from_row(r) for r in rows]
 
 
@@ -32,16 +35,23 @@ def list_checkpoints(job_id: JobId, session: SessionDep) -> list[CheckpointPubli
 def download_checkpoint(checkpoint_id: CheckpointId, session: SessionDep, settings: SettingsDep) -> FileResponse:
     row = session.get(Checkpoint, checkpoint_id)
     if row is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no checkpoint {checkpoint_id}: list them with GET /api/jobs/{{id}}/checkpoints")
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND, f"no checkpoint {checkpoint_id}: list them with GET /api/jobs/{{id}}/checkpoints"
+        )
     job = session.get(Job, row.job_id)
     runs = settings.resolved_runs_dir
     try:
         run_dir = run_dir_of(job, settings)
         path = inside_runs_dir(row.path, runs, base=run_dir)
     except UnsafePath as exc:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"checkpoint {checkpoint_id} is not downloadable: {exc}") from None
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND, f"checkpoint {checkpoint_id} is not downloadable: {exc}"
+        ) from None
     if not path.is_file():
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"checkpoint {checkpoint_id}'s file is gone (rotated by keep_last?)")
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND, f"checkpoint {checkpoint_id}'s file is gone (rotated by keep_last?)"
+        )
     filename = f"job{row.job_id}_{Path(row.path).name}"
-    return FileResponse(path, media_type="application/octet-stream", filename=filename,
-                        headers={"X-Checkpoint-SHA256": row.sha256})
+    return FileResponse(
+        path, media_type="application/octet-stream", filename=filename, headers={"X-Checkpoint-SHA256": row.sha256}
+    )

@@ -6,9 +6,9 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from api.db import get_engine
 from api.deps import SettingsDep
 from api.models import Health
+from core.db import get_engine
 
 router = APIRouter(tags=["health"])
 
@@ -18,6 +18,6 @@ def health(settings: SettingsDep) -> Health | JSONResponse:
     try:
         with get_engine(settings.resolved_database_url).connect() as conn:
             conn.execute(text("SELECT 1"))
-    except Exception:  # noqa: BLE001
+    except Exception:
         return JSONResponse({"status": "degraded", "database": "unreachable"}, status_code=503)
     return Health(status="ok", database="ok")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 from typing import Annotated
 
@@ -12,56 +11,44 @@ from sqlmodel import col, select
 
 from api import submit_policy
 from api.deps import JobId, SessionDep, SettingsDep, job_or_404
-from api.job_state import transition
 from api.models import ErrorDetail, JobDetail, JobPage, JobPublic, TransitionPublic
-from api.settings import Settings
-from api.tables import Job, JobStatus, JobTransition
+from core import jobs, queue
+from core.tables import Job, JobStatus, JobTransition
 from trainer.spec import JobSpec
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["jobs"])
 
 
-def _enqueue(job_id: int, settings: Settings) -> None:
-    # The database row is the truth: a job whose message is lost stays queued, and the worker's
-    # sweeper (not this request) re-dispatches it. So a broker problem is logged, not returned.
-    try:
-        dispatch = importlib.import_module("worker.dispatch")
-    except ImportError:
-        log.warning("worker.dispatch is not available; job %s stays queued until a worker picks it up", job_id)
-        return
-    try:
-        dispatch.enqueue(job_id, settings)
-    except Exception:  # noqa: BLE001
-        log.exception("could not enqueue job %s; it stays queued", job_id)
-        mark = getattr(dispatch, "mark_undispatched", None)
-        if mark is not None:  # the workers' recovery sweep sends it once the broker is back
-            mark(job_id, settings)
-
-
-@router.post("/jobs", status_code=status.HTTP_201_CREATED, response_model=JobPublic,
-             responses={422: {"description": "The spec is invalid or refused by this server."}})
+@router.post(
+    "/jobs",
+    status_code=status.HTTP_201_CREATED,
+    response_model=JobPublic,
+    responses={422: {"description": "The spec is invalid or refused by this server."}},
+)
 def submit_job(spec: JobSpec, session: SessionDep, settings: SettingsDep) -> JobPublic:
     """Queue a training job. The body is a JobSpec (GET /api/schema/job-spec); unknown fields are refused."""
     try:
         spec = submit_policy.apply(spec, settings)
     except submit_policy.SpecRefused as exc:
         raise HTTPException(422, [{"loc": list(exc.loc), "msg": exc.msg, "type": "value_error"}]) from None
-    job = Job(name=spec.name, spec=spec.model_dump(mode="json"), status=JobStatus.queued)
-    session.add(job)
-    session.flush()
-    session.add(JobTransition(job_id=job.id, status=JobStatus.queued, at=job.created_at, attempt=0, detail="submitted"))
-    session.commit()
-    session.refresh(job)
-    _enqueue(job.id, settings)
+    job = jobs.create(session, spec.name, spec.model_dump(mode="json"))
+    # The database row is the truth: a job whose message cannot be sent stays queued, and the
+    # workers' recovery sweep (not this request) dispatches it. So a broker problem is not returned.
+    queue.enqueue_or_defer(job.id, settings)
     return JobPublic.from_row(job)
 
 
 @router.get("/jobs", response_model=JobPage)
 def list_jobs(
     session: SessionDep,
-    status_: Annotated[list[JobStatus] | None, Query(alias="status", description="Only jobs in this status (repeatable).")] = None,
-    name: Annotated[str | None, Query(max_length=100, pattern=r"^[A-Za-z0-9._-]*$", description="Only jobs whose name contains this text.")] = None,
+    status_: Annotated[
+        list[JobStatus] | None, Query(alias="status", description="Only jobs in this status (repeatable).")
+    ] = None,
+    name: Annotated[
+        str | None,
+        Query(max_length=100, pattern=r"^[A-Za-z0-9._-]*$", description="Only jobs whose name contains this text."),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
 ) -> JobPage:
@@ -79,12 +66,18 @@ def list_jobs(
 @router.get("/jobs/{job_id}", response_model=JobDetail, responses={404: {"model": ErrorDetail}})
 def get_job(job_id: JobId, session: SessionDep) -> JobDetail:
     job = job_or_404(session, job_id)
-    rows = session.exec(select(JobTransition).where(JobTransition.job_id == job_id).order_by(col(JobTransition.id))).all()
+    rows = session.exec(
+        select(JobTransition).where(JobTransition.job_id == job_id).order_by(col(JobTransition.id))
+    ).all()
     return JobDetail(**JobPublic.from_row(job).model_dump(), transitions=[TransitionPublic.from_row(r) for r in rows])
 
 
-@router.post("/jobs/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=JobPublic,
-             responses={404: {"model": ErrorDetail}, 409: {"model": ErrorDetail}})
+@router.post(
+    "/jobs/{job_id}/cancel",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=JobPublic,
+    responses={404: {"model": ErrorDetail}, 409: {"model": ErrorDetail}},
+)
 def cancel_job(job_id: JobId, session: SessionDep) -> JobPublic:
     """queued → cancelled at once; starting/running → cancelling (the worker stops the ranks); finished → 409."""
     for _ in range(5):  # the worker may move the job between our read and our conditional update
@@ -95,7 +88,7 @@ def cancel_job(job_id: JobId, session: SessionDep) -> JobPublic:
         if current is JobStatus.cancelling:
             return JobPublic.from_row(job)
         target = JobStatus.cancelled if current is JobStatus.queued else JobStatus.cancelling
-        if transition(session, job_id, target, expect=current, detail="cancel requested"):
+        if jobs.transition(session, job_id, target, expect=current, detail="cancel requested"):
             session.commit()
             session.refresh(job)
             return JobPublic.from_row(job)

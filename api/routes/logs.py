@@ -9,8 +9,7 @@ from fastapi import APIRouter, HTTPException, Query, status
 
 from api.deps import JobId, SessionDep, SettingsDep, job_or_404
 from api.models import ErrorDetail, LogChunk
-from api.paths import UnsafePath, inside_runs_dir
-from api.run_dirs import run_dir_of
+from core.paths import UnsafePath, inside_runs_dir, run_dir_of
 from trainer.run_dir import RunDir
 
 router = APIRouter(tags=["logs"])
@@ -32,10 +31,16 @@ def get_logs(
     settings: SettingsDep,
     rank: Annotated[int, Query(ge=0, le=4095)] = 0,
     stream: Literal["stdout", "stderr"] = "stderr",
-    offset: Annotated[int, Query(ge=0, le=2**53, description="Byte offset to read from (the previous next_offset).")] = 0,
-    tail: Annotated[int | None, Query(ge=1, le=MAX_CHUNK_BYTES, description="Read only the last N bytes (ignores offset).")] = None,
+    offset: Annotated[
+        int, Query(ge=0, le=2**53, description="Byte offset to read from (the previous next_offset).")
+    ] = 0,
+    tail: Annotated[
+        int | None, Query(ge=1, le=MAX_CHUNK_BYTES, description="Read only the last N bytes (ignores offset).")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_CHUNK_BYTES, description="Most bytes to return.")] = 65536,
-    attempt: Annotated[int | None, Query(ge=0, le=10_000, description="Read this attempt's logs (default: the newest log).")] = None,
+    attempt: Annotated[
+        int | None, Query(ge=0, le=10_000, description="Read this attempt's logs (default: the newest log).")
+    ] = None,
 ) -> LogChunk:
     job = job_or_404(session, job_id)
     try:
@@ -55,5 +60,11 @@ def get_logs(
         start = max(0, size - tail) if tail is not None else min(offset, size)
         fh.seek(start)
         data = fh.read(min(limit, size - start))
-    return LogChunk(rank=rank, stream=stream, ranks=ranks, offset=start, next_offset=start + len(data),
-                    text=data.decode("utf-8", errors="replace"))
+    return LogChunk(
+        rank=rank,
+        stream=stream,
+        ranks=ranks,
+        offset=start,
+        next_offset=start + len(data),
+        text=data.decode("utf-8", errors="replace"),
+    )

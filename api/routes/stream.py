@@ -19,10 +19,10 @@ from sqlmodel import Session
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
-from api.db import get_engine
 from api.deps import JobId, SessionDep, SettingsDep, job_or_404
 from api.models import CheckpointPublic, ErrorDetail, JobPublic
-from api.tables import Checkpoint, Job
+from core.db import get_engine
+from core.tables import Checkpoint, Job
 
 router = APIRouter(tags=["stream"])
 POLL_S = 0.5
@@ -30,8 +30,14 @@ MAX_POINTS_PER_EVENT = 5000
 
 
 def _progress(job: Job) -> dict[str, Any]:
-    return {"step": job.step, "total_steps": job.total_steps, "epoch": job.epoch, "samples": job.samples,
-            "samples_per_s": _finite_or_none(job.samples_per_s), "eta_s": _finite_or_none(job.eta_s)}
+    return {
+        "step": job.step,
+        "total_steps": job.total_steps,
+        "epoch": job.epoch,
+        "samples": job.samples,
+        "samples_per_s": _finite_or_none(job.samples_per_s),
+        "eta_s": _finite_or_none(job.eta_s),
+    }
 
 
 def _finite_or_none(v: float | None) -> float | None:
@@ -56,8 +62,18 @@ class _Cursor:
                 return [ServerSentEvent(json.dumps({"detail": "job deleted"}), event="end")], True
             public = JobPublic.from_row(job)
             # "status" carries the whole JobPublic: send it again when anything but progress changes.
-            key = json.dumps([public.status.value, public.attempt, public.worker_host, public.error, public.exit_code,
-                              public.failed_rank, str(public.started_at), str(public.finished_at)])
+            key = json.dumps(
+                [
+                    public.status.value,
+                    public.attempt,
+                    public.worker_host,
+                    public.error,
+                    public.exit_code,
+                    public.failed_rank,
+                    str(public.started_at),
+                    str(public.finished_at),
+                ]
+            )
             if key != self.status:
                 self.status = key
                 events.append(ServerSentEvent(public.model_dump_json(), event="status"))
@@ -66,15 +82,23 @@ class _Cursor:
                 self.progress = progress
                 events.append(ServerSentEvent(json.dumps(progress), event="progress"))
             rows = session.execute(
-                text("SELECT seq, name, step, value FROM metric_points WHERE job_id = :j AND seq > :s ORDER BY seq LIMIT :n"),
+                text(
+                    "SELECT seq, name, step, value FROM metric_points WHERE job_id = :j AND seq > :s ORDER BY seq LIMIT :n"
+                ),
                 {"j": job_id, "s": self.seq, "n": MAX_POINTS_PER_EVENT},
             ).all()
             if rows:
                 self.seq = rows[-1][0]
-                points = [{"name": n, "step": st, "value": v} for _, n, st, v in rows if v is not None and math.isfinite(v)]
+                points = [
+                    {"name": n, "step": st, "value": v} for _, n, st, v in rows if v is not None and math.isfinite(v)
+                ]
                 if points:
                     events.append(ServerSentEvent(json.dumps(points), event="metrics", id=str(self.seq)))
-            for ck in session.query(Checkpoint).filter(Checkpoint.job_id == job_id, Checkpoint.id > self.checkpoint_id).order_by(Checkpoint.id):
+            for ck in (
+                session.query(Checkpoint)
+                .filter(Checkpoint.job_id == job_id, Checkpoint.id > self.checkpoint_id)
+                .order_by(Checkpoint.id)
+            ):
                 self.checkpoint_id = ck.id
                 events.append(ServerSentEvent(CheckpointPublic.from_row(ck).model_dump_json(), event="checkpoint"))
             done = public.status.is_terminal and len(rows) < MAX_POINTS_PER_EVENT
@@ -83,25 +107,34 @@ class _Cursor:
             return events, done
 
 
-@router.get("/jobs/{job_id}/stream", response_class=EventSourceResponse,
-            responses={200: {"content": {"text/event-stream": {}}}, 404: {"model": ErrorDetail}})
+@router.get(
+    "/jobs/{job_id}/stream",
+    response_class=EventSourceResponse,
+    responses={200: {"content": {"text/event-stream": {}}}, 404: {"model": ErrorDetail}},
+)
 async def stream_job(
     job_id: JobId,
     request: Request,
     session: SessionDep,
     settings: SettingsDep,
-    after_seq: Annotated[int | None, Query(ge=-1, le=2**62, description="Send metric points after this seq (default: only new ones).")] = None,
+    after_seq: Annotated[
+        int | None, Query(ge=-1, le=2**62, description="Send metric points after this seq (default: only new ones).")
+    ] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=32)] = None,
 ) -> EventSourceResponse:
     await run_in_threadpool(job_or_404, session, job_id)
     if after_seq is None and last_event_id and last_event_id.isascii() and last_event_id.isdigit():
         after_seq = int(last_event_id)
     if after_seq is None:
-        after_seq = session.execute(text("SELECT max(seq) FROM metric_points WHERE job_id = :j"), {"j": job_id}).scalar()
+        after_seq = session.execute(
+            text("SELECT max(seq) FROM metric_points WHERE job_id = :j"), {"j": job_id}
+        ).scalar()
         after_seq = -1 if after_seq is None else after_seq
     checkpoint_after = 0 if after_seq < 0 else 2**62  # a fresh viewer gets every checkpoint; a live one only new ones
     if checkpoint_after:
-        checkpoint_after = session.execute(text("SELECT coalesce(max(id), 0) FROM checkpoints WHERE job_id = :j"), {"j": job_id}).scalar()
+        checkpoint_after = session.execute(
+            text("SELECT coalesce(max(id), 0) FROM checkpoints WHERE job_id = :j"), {"j": job_id}
+        ).scalar()
     session.close()
     cursor = _Cursor(after_seq, checkpoint_after)
     url = settings.resolved_database_url

@@ -22,11 +22,10 @@ from fastapi.templating import Jinja2Templates
 from sqlmodel import Session
 
 from api.auth import CSRF_HEADER, app_settings, clear_session, issue_session, session_csrf, token_matches
-from api.db import get_engine
-from api.paths import UnsafePath
-from api.run_dirs import run_dir_of
-from api.settings import Settings
-from api.tables import Checkpoint, Job
+from core.db import get_engine
+from core.paths import UnsafePath, run_dir_of
+from core.settings import Settings
+from core.tables import Checkpoint, Job
 from trainer.spec import BUILTIN_DATA, BUILTIN_LOSSES, BUILTIN_MODELS
 
 WEB_DIR = Path(__file__).resolve().parents[2] / "web"
@@ -46,11 +45,12 @@ router = APIRouter(include_in_schema=False)
 class _NoAliasLoader(yaml.SafeLoader):
     """safe_load without anchors/aliases: a few hundred bytes of aliases can expand to gigabytes of JSON."""
 
-    def compose_node(self, parent, index):  # noqa: ANN001, ANN201
+    def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.composer.ComposerError(None, None, "aliases (*name) are not supported", event.start_mark)
         return super().compose_node(parent, index)
+
 
 SettingsDep = Annotated[Settings, Depends(app_settings)]
 
@@ -131,7 +131,9 @@ def login(
         raise HTTPException(status.HTTP_403_FORBIDDEN, "cross-site sign-in refused")
     if not token or not token_matches(token.strip(), settings.token()):
         # 200, not 401: the form is re-rendered with its message, and the browser console stays clean.
-        return _page(request, "login.html", "", next=_safe_next(next), error="That token is not this server's API token.")
+        return _page(
+            request, "login.html", "", next=_safe_next(next), error="That token is not this server's API token."
+        )
     response = RedirectResponse(_safe_next(next), status_code=status.HTTP_303_SEE_OTHER)
     issue_session(response, settings, secure=request.url.scheme == "https")
     return response
@@ -184,7 +186,9 @@ def _prefill(settings: Settings, clone: int | None, resume: int | None) -> tuple
             try:
                 run_dir = run_dir_of(job, settings)
             except UnsafePath as exc:
-                raise HTTPException(status.HTTP_404_NOT_FOUND, f"checkpoint {resume} is outside the runs dir: {exc}") from None
+                raise HTTPException(
+                    status.HTTP_404_NOT_FOUND, f"checkpoint {resume} is outside the runs dir: {exc}"
+                ) from None
             spec = dict(job.spec)
             # The trainer takes an absolute path; the service allows only paths inside its runs dir.
             spec["resume_from"] = str(run_dir / checkpoint.path)
@@ -217,7 +221,12 @@ def new_job_page(
     spec, note = _prefill(settings, clone, resume)
     builtins = {"models": BUILTIN_MODELS, "data": BUILTIN_DATA, "losses": BUILTIN_LOSSES}
     return _page(
-        request, "new.html", csrf, nav="new", prefill_json=_script_json(spec), prefill_note=note,
+        request,
+        "new.html",
+        csrf,
+        nav="new",
+        prefill_json=_script_json(spec),
+        prefill_note=note,
         builtins_json=_script_json(builtins),
     )
 
@@ -237,7 +246,7 @@ async def parse_spec_text(request: Request, settings: SettingsDep) -> Response:
     if len(body) > MAX_YAML_BYTES:
         raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, "spec text too large")
     try:
-        value = yaml.load(body.decode("utf-8"), Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader)
+        value = yaml.load(body.decode("utf-8"), Loader=_NoAliasLoader)
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""

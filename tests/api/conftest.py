@@ -10,10 +10,10 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session
 
 from api.app import create_app
-from api.db import get_engine
-from api.migrate import upgrade
-from api.settings import Settings
-from api.tables import Job, JobStatus, JobTransition
+from core.db import get_engine
+from core.migrate import upgrade
+from core.settings import Settings
+from core.tables import Job, JobStatus, JobTransition
 
 
 @pytest.fixture
@@ -40,14 +40,22 @@ def db(settings: Settings) -> Iterator[Session]:
         yield s
 
 
-SPEC: dict[str, Any] = {"name": "digits-ddp", "nproc": 2, "max_steps": 20, "data": {"name": "digits"}, "model": {"name": "mlp"}}
+SPEC: dict[str, Any] = {
+    "name": "digits-ddp",
+    "nproc": 2,
+    "max_steps": 20,
+    "data": {"name": "digits"},
+    "model": {"name": "mlp"},
+}
 
 
 @pytest.fixture
 def make_job(db: Session) -> Callable[..., Job]:
     """Insert a job row directly (as the worker would find it), in any status."""
 
-    def make(name: str = "job", status: JobStatus = JobStatus.queued, spec: dict[str, Any] | None = None, **fields: Any) -> Job:
+    def make(
+        name: str = "job", status: JobStatus = JobStatus.queued, spec: dict[str, Any] | None = None, **fields: Any
+    ) -> Job:
         job = Job(name=name, spec=spec or {**SPEC, "name": name}, status=status, **fields)
         db.add(job)
         db.flush()

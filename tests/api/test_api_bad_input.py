@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 
 from api.auth import CSRF_COOKIE, CSRF_HEADER, SESSION_COOKIE, _serializer
 from api.server import UnsafeBind, check_bind
-from api.settings import Settings
-from api.tables import Checkpoint, JobStatus
+from core.settings import Settings
+from core.tables import Checkpoint, JobStatus
 
 
 def _jobs(client: TestClient) -> int:
@@ -27,8 +27,15 @@ def test_missing_or_wrong_token_is_401(anon_client: TestClient) -> None:
     assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
     assert anon_client.get("/api/jobs", headers={"Authorization": "Basic dGVzdA=="}).status_code == 401
     assert anon_client.post("/api/jobs", json={}).status_code == 401
-    for path in ("/api/jobs/1", "/api/jobs/1/metrics", "/api/jobs/1/logs", "/api/jobs/1/stream",
-                 "/api/jobs/1/checkpoints", "/api/checkpoints/1/download", "/api/schema/job-spec"):
+    for path in (
+        "/api/jobs/1",
+        "/api/jobs/1/metrics",
+        "/api/jobs/1/logs",
+        "/api/jobs/1/stream",
+        "/api/jobs/1/checkpoints",
+        "/api/checkpoints/1/download",
+        "/api/schema/job-spec",
+    ):
         assert anon_client.get(path).status_code == 401, path
     assert anon_client.get("/api/health").status_code == 200
 
@@ -44,17 +51,20 @@ def test_session_cookie_needs_csrf_for_unsafe_methods(anon_client: TestClient, s
     assert anon_client.get("/api/jobs").status_code == 401
 
 
-@pytest.mark.parametrize("patch, loc", [
-    ({"batch_size": 0}, ["body", "batch_size"]),
-    ({"batch_size": 10**12}, ["body", "batch_size"]),
-    ({"nproc": 0}, ["body", "nproc"]),
-    ({"max_steps": 10**30}, ["body", "max_steps"]),
-    ({"unknown": True}, ["body", "unknown"]),
-    ({"model": {"name": "mlp", "extra": 1}}, ["body", "model", "extra"]),
-    ({"nnodes": 2}, ["body", "nnodes"]),
-    ({"model": {"name": "os:system"}}, ["body", "model", "name"]),
-    ({"data": {"name": "subprocess:run"}}, ["body", "data", "name"]),
-])
+@pytest.mark.parametrize(
+    "patch, loc",
+    [
+        ({"batch_size": 0}, ["body", "batch_size"]),
+        ({"batch_size": 10**12}, ["body", "batch_size"]),
+        ({"nproc": 0}, ["body", "nproc"]),
+        ({"max_steps": 10**30}, ["body", "max_steps"]),
+        ({"unknown": True}, ["body", "unknown"]),
+        ({"model": {"name": "mlp", "extra": 1}}, ["body", "model", "extra"]),
+        ({"nnodes": 2}, ["body", "nnodes"]),
+        ({"model": {"name": "os:system"}}, ["body", "model", "name"]),
+        ({"data": {"name": "subprocess:run"}}, ["body", "data", "name"]),
+    ],
+)
 def test_spec_refusals_name_the_field(client: TestClient, spec: dict, patch: dict, loc: list) -> None:
     before = _jobs(client)
     r = client.post("/api/jobs", json={**spec, **patch})
@@ -73,7 +83,7 @@ def test_nan_and_inf_are_refused(client: TestClient, spec: dict, number: str) ->
     assert client.post("/api/jobs", content=body, headers={"content-type": "application/json"}).status_code == 422
 
 
-def test_user_code_only_from_allowed_prefixes(api_settings, database_url: str, auth_headers: dict, spec: dict) -> None:  # noqa: ANN001
+def test_user_code_only_from_allowed_prefixes(api_settings, database_url: str, auth_headers: dict, spec: dict) -> None:
     from api.app import create_app
 
     settings = api_settings(database_url=database_url, allowed_code="myorg.models, labcode")
@@ -90,7 +100,7 @@ def test_oversized_bodies_are_413(client: TestClient, settings: Settings, spec: 
     r = client.post("/api/jobs", content=big, headers={"content-type": "application/json"})
     assert r.status_code == 413 and "larger than" in r.json()["detail"]
 
-    def chunks():  # noqa: ANN202  (streamed: no Content-Length, chunked transfer)
+    def chunks():
         for _ in range(settings.max_body_bytes // 4096 + 2):
             yield b" " * 4096
 
@@ -98,7 +108,7 @@ def test_oversized_bodies_are_413(client: TestClient, settings: Settings, spec: 
     assert r.status_code == 413
 
 
-def test_oversized_chunked_body_over_a_real_socket(live_api, settings: Settings, auth_headers: dict) -> None:  # noqa: ANN001
+def test_oversized_chunked_body_over_a_real_socket(live_api, settings: Settings, auth_headers: dict) -> None:
     base = urlsplit(live_api(settings))
     conn = http.client.HTTPConnection(base.hostname, base.port, timeout=10)
     conn.putrequest("POST", "/api/jobs")
@@ -123,7 +133,9 @@ def test_deeply_nested_json_is_400(client: TestClient, spec: dict) -> None:
     assert client.post("/api/jobs", json=shallow).status_code == 422  # the spec's own args depth rule
 
 
-def test_resume_from_must_stay_inside_the_runs_dir(client: TestClient, settings: Settings, spec: dict, tmp_path) -> None:  # noqa: ANN001
+def test_resume_from_must_stay_inside_the_runs_dir(
+    client: TestClient, settings: Settings, spec: dict, tmp_path
+) -> None:
     runs = settings.resolved_runs_dir
     good = runs / "7" / "checkpoints" / "step_00000010.pt"
     good.parent.mkdir(parents=True)
@@ -133,9 +145,18 @@ def test_resume_from_must_stay_inside_the_runs_dir(client: TestClient, settings:
     os.symlink(outside, runs / "7" / "checkpoints" / "link.pt")
     os.symlink(tmp_path, runs / "escape")
     before = _jobs(client)
-    for bad in ("../outside.pt", str(outside), "/etc/passwd", "7/../../outside.pt", "7/checkpoints/link.pt",
-                "escape/outside.pt", "..%2Foutside.pt", "%252e%252e/outside.pt", "7/checkpoints/step\x00.pt",
-                "7/checkpoints/missing.pt"):
+    for bad in (
+        "../outside.pt",
+        str(outside),
+        "/etc/passwd",
+        "7/../../outside.pt",
+        "7/checkpoints/link.pt",
+        "escape/outside.pt",
+        "..%2Foutside.pt",
+        "%252e%252e/outside.pt",
+        "7/checkpoints/step\x00.pt",
+        "7/checkpoints/missing.pt",
+    ):
         r = client.post("/api/jobs", json={**spec, "resume_from": bad})
         assert r.status_code == 422, bad
         assert ["body", "resume_from"] in [e["loc"] for e in r.json()["detail"]], (bad, r.json())
@@ -145,28 +166,49 @@ def test_resume_from_must_stay_inside_the_runs_dir(client: TestClient, settings:
         assert r.status_code == 201 and r.json()["spec"]["resume_from"] == str(good.resolve())
 
 
-def test_checkpoint_rows_pointing_outside_are_not_served(client: TestClient, make_job, db, settings: Settings, tmp_path) -> None:  # noqa: ANN001
+def test_checkpoint_rows_pointing_outside_are_not_served(
+    client: TestClient, make_job, db, settings: Settings, tmp_path
+) -> None:
     secret = tmp_path / "secret.txt"
     secret.write_text("top secret")
     job = make_job()
     run = settings.resolved_runs_dir / str(job.id)
     (run / "checkpoints").mkdir(parents=True)
     os.symlink(secret, run / "checkpoints" / "step_00000002.pt")
-    rows = [Checkpoint(job_id=job.id, step=i, path=p, bytes=1, sha256="0" * 64) for i, p in enumerate(
-        ["../../secret.txt", str(secret), "checkpoints/step_00000002.pt", "checkpoints/%2e%2e/x", "checkpoints/\x01"])]
+    rows = [
+        Checkpoint(job_id=job.id, step=i, path=p, bytes=1, sha256="0" * 64)
+        for i, p in enumerate(
+            [
+                "../../secret.txt",
+                str(secret),
+                "checkpoints/step_00000002.pt",
+                "checkpoints/%2e%2e/x",
+                "checkpoints/\x01",
+            ]
+        )
+    ]
     db.add_all(rows)
     db.commit()
     for row in rows:
         r = client.get(f"/api/checkpoints/{row.id}/download")
         assert r.status_code == 404 and "top secret" not in r.text, row.path
-    for path in ("/api/jobs/1/../../etc/passwd", "/api/jobs/%2e%2e/logs", "/api/jobs/%252e%252e/logs",
-                 "/api/checkpoints/..%2F..%2Fetc%2Fpasswd/download", "/api/jobs/1%00/logs",
-                 "/static/../api/settings.py", "/static/..%2f..%2fapi%2fsettings.py", "/static/%252e%252e/api/settings.py"):
+    for path in (
+        "/api/jobs/1/../../etc/passwd",
+        "/api/jobs/%2e%2e/logs",
+        "/api/jobs/%252e%252e/logs",
+        "/api/checkpoints/..%2F..%2Fetc%2Fpasswd/download",
+        "/api/jobs/1%00/logs",
+        "/static/../api/settings.py",
+        "/static/..%2f..%2fapi%2fsettings.py",
+        "/static/%252e%252e/api/settings.py",
+    ):
         r = client.get(path)
         assert r.status_code in (404, 422) and "LOOPBACK_HOSTS" not in r.text, path
 
 
-def test_log_route_refuses_symlinks_out_and_bad_params(client: TestClient, make_job, settings: Settings, tmp_path) -> None:  # noqa: ANN001
+def test_log_route_refuses_symlinks_out_and_bad_params(
+    client: TestClient, make_job, settings: Settings, tmp_path
+) -> None:
     job = make_job()
     secret = tmp_path / "secret.log"
     secret.write_text("top secret")
@@ -179,12 +221,12 @@ def test_log_route_refuses_symlinks_out_and_bad_params(client: TestClient, make_
         assert client.get(f"/api/jobs/{job.id}/logs", params=params).status_code == 422, params
 
 
-def test_job_with_a_run_dir_outside_is_not_read(client: TestClient, make_job, tmp_path) -> None:  # noqa: ANN001
+def test_job_with_a_run_dir_outside_is_not_read(client: TestClient, make_job, tmp_path) -> None:
     job = make_job(run_dir=str(tmp_path))
     assert client.get(f"/api/jobs/{job.id}/logs").status_code == 404
 
 
-def test_non_loopback_bind_needs_a_configured_token(tmp_path) -> None:  # noqa: ANN001
+def test_non_loopback_bind_needs_a_configured_token(tmp_path) -> None:
     check_bind(Settings(data_dir=tmp_path, host="127.0.0.1"))
     check_bind(Settings(data_dir=tmp_path, host="::1"))
     check_bind(Settings(data_dir=tmp_path, host="0.0.0.0", api_token="chosen"))
@@ -193,12 +235,16 @@ def test_non_loopback_bind_needs_a_configured_token(tmp_path) -> None:  # noqa: 
             check_bind(Settings(data_dir=tmp_path, host=host))
 
 
-def test_unstorable_text_is_refused_and_nothing_breaks(client: TestClient, spec: dict, make_job) -> None:  # noqa: ANN001
+def test_unstorable_text_is_refused_and_nothing_breaks(client: TestClient, spec: dict, make_job) -> None:
     before = _jobs(client)
-    for body in (b'{"name": "x", "max_steps": 5, "model": {"name": "mlp", "args": {"k": "\\ud800"}}}',
-                 b'{"name": "x", "max_steps": 5, "model": {"name": "mlp", "args": {"k": "a\\u0000b"}}}',
-                 b'{"name": "x", "max_steps": 5, "model": {"name": "mlp", "args": {"k\\u0000": 1}}}',
-                 b'{"name": "x", "max_steps": ' + b"9" * 5000 + b"}", b"\xff\xfe", b""):
+    for body in (
+        b'{"name": "x", "max_steps": 5, "model": {"name": "mlp", "args": {"k": "\\ud800"}}}',
+        b'{"name": "x", "max_steps": 5, "model": {"name": "mlp", "args": {"k": "a\\u0000b"}}}',
+        b'{"name": "x", "max_steps": 5, "model": {"name": "mlp", "args": {"k\\u0000": 1}}}',
+        b'{"name": "x", "max_steps": ' + b"9" * 5000 + b"}",
+        b"\xff\xfe",
+        b"",
+    ):
         r = client.post("/api/jobs", content=body, headers={"content-type": "application/json"})
         assert r.status_code in (400, 422), (body[:60], r.status_code, r.text)
     assert _jobs(client) == before

@@ -14,20 +14,24 @@ from fastapi.testclient import TestClient
 from sqlalchemy import insert
 from sqlmodel import Session
 
-from api.db import get_engine
-from api.job_state import transition
-from api.settings import Settings
-from api.tables import Checkpoint, Job, JobStatus, MetricPoint
+from core.db import get_engine
+from core.jobs import transition
+from core.settings import Settings
+from core.tables import Checkpoint, Job, JobStatus, MetricPoint
 
 
-def test_checkpoint_list_and_download_sha256(client: TestClient, make_job, db: Session, settings: Settings) -> None:  # noqa: ANN001
+def test_checkpoint_list_and_download_sha256(client: TestClient, make_job, db: Session, settings: Settings) -> None:
     job = make_job(status=JobStatus.running)
     run = settings.resolved_runs_dir / str(job.id)
     payload = os.urandom(300_000)
     (run / "checkpoints").mkdir(parents=True)
     (run / "checkpoints" / "step_00000010.pt").write_bytes(payload)
     digest = hashlib.sha256(payload).hexdigest()
-    db.add(Checkpoint(job_id=job.id, step=10, epoch=0, path="checkpoints/step_00000010.pt", bytes=len(payload), sha256=digest))
+    db.add(
+        Checkpoint(
+            job_id=job.id, step=10, epoch=0, path="checkpoints/step_00000010.pt", bytes=len(payload), sha256=digest
+        )
+    )
     db.add(Checkpoint(job_id=job.id, step=20, epoch=1, path="checkpoints/step_00000020.pt", bytes=1, sha256="0" * 64))
     db.commit()
     rows = client.get(f"/api/jobs/{job.id}/checkpoints").json()
@@ -41,7 +45,7 @@ def test_checkpoint_list_and_download_sha256(client: TestClient, make_job, db: S
     assert client.get("/api/checkpoints/987654/download").status_code == 404
 
 
-def test_logs_per_rank_with_offset_and_tail(client: TestClient, make_job, settings: Settings) -> None:  # noqa: ANN001
+def test_logs_per_rank_with_offset_and_tail(client: TestClient, make_job, settings: Settings) -> None:
     job = make_job(status=JobStatus.running)
     base = settings.resolved_runs_dir / str(job.id) / "logs" / "attempt_1" / "abc" / "attempt_0"
     for rank in (0, 1):
@@ -60,7 +64,13 @@ def test_logs_per_rank_with_offset_and_tail(client: TestClient, make_job, settin
     assert client.get(f"/api/jobs/{job.id}/logs", params={"stream": "stdout"}).json()["text"] == "out0\n"
     assert client.get(f"/api/jobs/{job.id}/logs", params={"attempt": 1}).json()["text"].startswith("rank0 line 0")
     assert client.get(f"/api/jobs/{job.id}/logs", params={"attempt": 2}).json() | {"ranks": None} == {
-        "rank": 0, "stream": "stderr", "ranks": None, "offset": 0, "next_offset": 0, "text": ""}
+        "rank": 0,
+        "stream": "stderr",
+        "ranks": None,
+        "offset": 0,
+        "next_offset": 0,
+        "text": "",
+    }
     none = client.get(f"/api/jobs/{job.id}/logs", params={"rank": 7}).json()
     assert none["text"] == "" and none["ranks"] == [0, 1]
 
@@ -78,7 +88,9 @@ def _parse_sse(lines: list[str]) -> list[tuple[str, object]]:
     return events
 
 
-def test_stream_emits_status_progress_metrics_checkpoint_end(live_api, settings: Settings, make_job, auth_headers: dict) -> None:  # noqa: ANN001
+def test_stream_emits_status_progress_metrics_checkpoint_end(
+    live_api, settings: Settings, make_job, auth_headers: dict
+) -> None:
     base = live_api(settings)
     job = make_job(status=JobStatus.queued)
     url = settings.resolved_database_url
@@ -90,7 +102,13 @@ def test_stream_emits_status_progress_metrics_checkpoint_end(live_api, settings:
             transition(s, job.id, JobStatus.running)
             s.commit()
             time.sleep(0.7)
-            s.execute(insert(MetricPoint), [{"job_id": job.id, "seq": i, "name": "train/loss", "step": i, "value": 2.0 - i / 10, "time": 0.0} for i in range(5)])
+            s.execute(
+                insert(MetricPoint),
+                [
+                    {"job_id": job.id, "seq": i, "name": "train/loss", "step": i, "value": 2.0 - i / 10, "time": 0.0}
+                    for i in range(5)
+                ],
+            )
             row = s.get(Job, job.id)
             row.step, row.total_steps, row.samples = 5, 20, 640
             s.add(Checkpoint(job_id=job.id, step=5, path="checkpoints/step_00000005.pt", bytes=3, sha256="a" * 64))
@@ -115,7 +133,11 @@ def test_stream_emits_status_progress_metrics_checkpoint_end(live_api, settings:
     assert statuses[0] == "queued" and statuses[-1] == "succeeded" and "running" in statuses
     assert any(k == "progress" and d["step"] == 5 and d["total_steps"] == 20 for k, d in events)
     metrics = [p for k, d in events if k == "metrics" for p in d]
-    assert [p["step"] for p in metrics] == [0, 1, 2, 3, 4] and metrics[0] == {"name": "train/loss", "step": 0, "value": 2.0}
+    assert [p["step"] for p in metrics] == [0, 1, 2, 3, 4] and metrics[0] == {
+        "name": "train/loss",
+        "step": 0,
+        "value": 2.0,
+    }
     assert "checkpoint" in kinds and kinds[-1] == "end"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from api.tables import JobStatus
+from core.tables import JobStatus
 
 
 def test_submit_returns_queued_job_with_derived_fields(client: TestClient, spec: dict) -> None:
@@ -18,7 +18,7 @@ def test_submit_returns_queued_job_with_derived_fields(client: TestClient, spec:
     assert [t["status"] for t in detail["transitions"]] == ["queued"]
 
 
-def test_list_pages_newest_first_and_filters(client: TestClient, spec: dict, make_job) -> None:  # noqa: ANN001
+def test_list_pages_newest_first_and_filters(client: TestClient, spec: dict, make_job) -> None:
     for i in range(5):
         make_job(name=f"alpha-{i}")
     make_job(name="beta", status=JobStatus.running)
@@ -45,7 +45,7 @@ def test_validation_error_points_at_the_field(client: TestClient, spec: dict) ->
     assert r.status_code == 422 and ["body", "bogus_field"] in [e["loc"] for e in r.json()["detail"]]
 
 
-def test_cancel_queued_running_and_finished(client: TestClient, spec: dict, make_job, db) -> None:  # noqa: ANN001
+def test_cancel_queued_running_and_finished(client: TestClient, spec: dict, make_job, db) -> None:
     queued, running, done = make_job(), make_job(status=JobStatus.running), make_job(status=JobStatus.succeeded)
     r = client.post(f"/api/jobs/{queued.id}/cancel")
     assert r.status_code == 202 and r.json()["status"] == "cancelled" and r.json()["finished_at"]
@@ -76,11 +76,11 @@ def test_health_and_schema(client: TestClient, anon_client: TestClient) -> None:
     assert client.get("/openapi.json").status_code == 200
 
 
-def test_database_gone_is_503_not_500(api_settings, pg_url: str, auth_headers: dict) -> None:  # noqa: ANN001
+def test_database_gone_is_503_not_500(api_settings, pg_url: str, auth_headers: dict) -> None:
     import psycopg
 
     from api.app import create_app
-    from api.db import get_engine
+    from core.db import get_engine
 
     app = create_app(api_settings(database_url=pg_url))
     with TestClient(app, headers=auth_headers, raise_server_exceptions=False) as c:

@@ -10,17 +10,24 @@ from fastapi.testclient import TestClient
 from sqlalchemy import insert
 from sqlmodel import Session
 
-from api.tables import MetricPoint
+from core.tables import MetricPoint
 
 
 def _insert(db: Session, job_id: int, points: list[tuple[int, str, int, float]]) -> None:
-    db.execute(insert(MetricPoint), [{"job_id": job_id, "seq": s, "name": n, "step": st, "value": v, "time": 0.0} for s, n, st, v in points])
+    db.execute(
+        insert(MetricPoint),
+        [{"job_id": job_id, "seq": s, "name": n, "step": st, "value": v, "time": 0.0} for s, n, st, v in points],
+    )
     db.commit()
 
 
-def test_small_series_come_back_raw(client: TestClient, make_job, db: Session) -> None:  # noqa: ANN001
+def test_small_series_come_back_raw(client: TestClient, make_job, db: Session) -> None:
     job = make_job()
-    _insert(db, job.id, [(i * 2, "train/loss", i, 1.0 / (i + 1)) for i in range(50)] + [(i * 2 + 1, "lr", i, 0.1) for i in range(50)])
+    _insert(
+        db,
+        job.id,
+        [(i * 2, "train/loss", i, 1.0 / (i + 1)) for i in range(50)] + [(i * 2 + 1, "lr", i, 0.1) for i in range(50)],
+    )
     body = client.get(f"/api/jobs/{job.id}/metrics").json()
     assert body["job_id"] == job.id
     by_name = {s["name"]: s for s in body["series"]}
@@ -32,20 +39,24 @@ def test_small_series_come_back_raw(client: TestClient, make_job, db: Session) -
     assert [s["name"] for s in only["series"]] == ["lr"] and len(only["series"][0]["points"]) == 10
 
 
-def test_downsampling_keeps_the_spike(client: TestClient, make_job, db: Session) -> None:  # noqa: ANN001
+def test_downsampling_keeps_the_spike(client: TestClient, make_job, db: Session) -> None:
     job = make_job()
     n, spike = 20_000, 12_345
-    _insert(db, job.id, [(i, "train/loss", i, 1.0 + 1e-3 * math.sin(i) + (100.0 if i == spike else 0.0)) for i in range(n)])
+    _insert(
+        db, job.id, [(i, "train/loss", i, 1.0 + 1e-3 * math.sin(i) + (100.0 if i == spike else 0.0)) for i in range(n)]
+    )
     s = client.get(f"/api/jobs/{job.id}/metrics", params={"name": "train/loss", "max_points": 100}).json()["series"][0]
     assert s["downsampled"] and s["total_points"] == n and len(s["points"]) <= 100
     assert {"step": spike, "value": 101.0 + 1e-3 * math.sin(spike)} in s["points"]
     steps = [p["step"] for p in s["points"]]
     assert steps == sorted(steps)
-    dip = client.get(f"/api/jobs/{job.id}/metrics", params={"name": "train/loss", "max_points": 10, "start_step": 5000}).json()
+    dip = client.get(
+        f"/api/jobs/{job.id}/metrics", params={"name": "train/loss", "max_points": 10, "start_step": 5000}
+    ).json()
     assert any(p["step"] == spike for p in dip["series"][0]["points"]) and dip["series"][0]["total_points"] == n - 5000
 
 
-def test_downsampling_matches_brute_force_and_follows_new_points(client: TestClient, make_job, db: Session) -> None:  # noqa: ANN001
+def test_downsampling_matches_brute_force_and_follows_new_points(client: TestClient, make_job, db: Session) -> None:
     rng = random.Random(7)
     job = make_job()
     values = {i: rng.gauss(0, 1) for i in range(30_000)}
@@ -54,7 +65,9 @@ def test_downsampling_matches_brute_force_and_follows_new_points(client: TestCli
     assert first["total_points"] == 20_000
     _insert(db, job.id, [(i, "m", i, values[i]) for i in range(20_000, 30_000)])  # arrives after the first fold
     lo, hi = 1234, 28_765
-    s = client.get(f"/api/jobs/{job.id}/metrics", params={"name": "m", "max_points": 400, "start_step": lo, "end_step": hi}).json()["series"][0]
+    s = client.get(
+        f"/api/jobs/{job.id}/metrics", params={"name": "m", "max_points": 400, "start_step": lo, "end_step": hi}
+    ).json()["series"][0]
     assert s["total_points"] == hi - lo + 1 and len(s["points"]) <= 400
     got = {(p["step"], p["value"]) for p in s["points"]}
     # Whatever the bucketing, the global extremes of the range and every returned point are real data.
@@ -63,14 +76,16 @@ def test_downsampling_matches_brute_force_and_follows_new_points(client: TestCli
     assert max(in_range.items(), key=lambda kv: kv[1]) in got and min(in_range.items(), key=lambda kv: kv[1]) in got
     # Buckets narrower than the finest rollup (here 14 steps) are computed from the raw points in SQL.
     lo, hi = 1000, 9000
-    fine = client.get(f"/api/jobs/{job.id}/metrics", params={"name": "m", "max_points": 1200, "start_step": lo, "end_step": hi}).json()["series"][0]
+    fine = client.get(
+        f"/api/jobs/{job.id}/metrics", params={"name": "m", "max_points": 1200, "start_step": lo, "end_step": hi}
+    ).json()["series"][0]
     assert fine["downsampled"] and fine["total_points"] == hi - lo + 1 and len(fine["points"]) <= 1200
     in_range = {i: v for i, v in values.items() if lo <= i <= hi}
     got = {(p["step"], p["value"]) for p in fine["points"]}
     assert all(values[st] == v for st, v in got) and max(in_range.items(), key=lambda kv: kv[1]) in got
 
 
-def test_non_finite_values_and_bad_params(client: TestClient, make_job, db: Session) -> None:  # noqa: ANN001
+def test_non_finite_values_and_bad_params(client: TestClient, make_job, db: Session) -> None:
     job = make_job()
     _insert(db, job.id, [(0, "x", 0, 1.0), (1, "x", 1, float("inf")), (2, "x", 2, 2.0)])
     s = client.get(f"/api/jobs/{job.id}/metrics").json()["series"][0]
@@ -81,13 +96,13 @@ def test_non_finite_values_and_bad_params(client: TestClient, make_job, db: Sess
     assert client.get("/api/jobs/424242/metrics").status_code == 404
 
 
-def test_concurrent_refreshes_while_ingesting_count_every_point_once(make_job, db: Session, settings) -> None:  # noqa: ANN001
+def test_concurrent_refreshes_while_ingesting_count_every_point_once(make_job, db: Session, settings) -> None:
     import threading
 
     from sqlalchemy import text
 
-    from api import metric_rollup
-    from api.db import get_engine
+    from core import metric_rollup
+    from core.db import get_engine
 
     job_id = make_job().id  # plain int: the threads must not touch the test session's objects
     url = settings.resolved_database_url
@@ -99,7 +114,7 @@ def test_concurrent_refreshes_while_ingesting_count_every_point_once(make_job, d
             while not stop.is_set():
                 try:
                     metric_rollup.refresh(s, job_id)
-                except BaseException as exc:  # noqa: BLE001
+                except BaseException as exc:
                     errors.append(exc)
                     return
 
@@ -114,14 +129,16 @@ def test_concurrent_refreshes_while_ingesting_count_every_point_once(make_job, d
     assert errors == []
     metric_rollup.refresh(db, job_id)
     for width in metric_rollup.WIDTHS:
-        n = db.execute(text("SELECT sum(n) FROM metric_rollups WHERE job_id = :j AND width = :w"), {"j": job_id, "w": width}).scalar()
+        n = db.execute(
+            text("SELECT sum(n) FROM metric_rollups WHERE job_id = :j AND width = :w"), {"j": job_id, "w": width}
+        ).scalar()
         assert n == 10_000, width
 
 
-def test_rollup_rows_equal_a_python_summary_at_every_width(make_job, db: Session) -> None:  # noqa: ANN001
+def test_rollup_rows_equal_a_python_summary_at_every_width(make_job, db: Session) -> None:
     from sqlalchemy import text
 
-    from api import metric_rollup
+    from core import metric_rollup
 
     rng = random.Random(3)
     job_id = make_job().id
@@ -140,6 +157,11 @@ def test_rollup_rows_equal_a_python_summary_at_every_width(make_job, db: Session
                 b[1], b[2] = values[st], st
             if values[st] > b[3]:
                 b[3], b[4] = values[st], st
-        rows = db.execute(text("SELECT bucket, n, min_value, min_step, max_value, max_step FROM metric_rollups "
-                               "WHERE job_id = :j AND name = 's' AND width = :w ORDER BY bucket"), {"j": job_id, "w": width}).all()
+        rows = db.execute(
+            text(
+                "SELECT bucket, n, min_value, min_step, max_value, max_step FROM metric_rollups "
+                "WHERE job_id = :j AND name = 's' AND width = :w ORDER BY bucket"
+            ),
+            {"j": job_id, "w": width},
+        ).all()
         assert {r[0]: list(r[1:]) for r in rows} == expected, width

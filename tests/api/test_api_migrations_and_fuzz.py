@@ -14,9 +14,9 @@ from alembic.script import ScriptDirectory
 from sqlmodel import SQLModel
 from tests_api_support import SCHEMATHESIS  # type: ignore[import-not-found]
 
-import api.tables  # noqa: F401
-from api.db import get_engine
-from api.migrate import alembic_config, current_revision, upgrade
+import core.tables  # noqa: F401  (registers the tables)
+from core.db import get_engine
+from core.migrate import alembic_config, current_revision, upgrade
 
 
 def test_migrations_match_the_models(database_url: str) -> None:
@@ -35,7 +35,7 @@ def test_concurrent_upgrades_do_not_collide(database_url: str) -> None:
     def run() -> None:
         try:
             upgrade(database_url)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=run) for _ in range(3)]
@@ -47,16 +47,33 @@ def test_concurrent_upgrades_do_not_collide(database_url: str) -> None:
 
 
 def test_migrations_apply_from_another_directory(sqlite_url: str, tmp_path: Path) -> None:
-    code = f"from api.migrate import upgrade, current_revision; upgrade({sqlite_url!r}); print(current_revision({sqlite_url!r}))"
+    code = f"from core.migrate import upgrade, current_revision; upgrade({sqlite_url!r}); print(current_revision({sqlite_url!r}))"
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip(), out.stderr
 
 
-def test_schemathesis_fuzz_finds_no_server_errors(live_api, api_settings, database_url: str, tmp_path: Path, auth_headers: dict) -> None:  # noqa: ANN001
+def test_schemathesis_fuzz_finds_no_server_errors(
+    live_api, api_settings, database_url: str, tmp_path: Path, auth_headers: dict
+) -> None:
     base = live_api(api_settings(database_url=database_url))
-    cmd = [*SCHEMATHESIS, "run", f"{base}/openapi.json", "--checks", "not_a_server_error",
-           "--max-examples", "8", "--phases", "examples,coverage,fuzzing", "--seed", "1",
-           "--exclude-path-regex", "/stream$", "--request-timeout", "10",
-           "-H", f"Authorization: {auth_headers['Authorization']}"]
+    cmd = [
+        *SCHEMATHESIS,
+        "run",
+        f"{base}/openapi.json",
+        "--checks",
+        "not_a_server_error",
+        "--max-examples",
+        "8",
+        "--phases",
+        "examples,coverage,fuzzing",
+        "--seed",
+        "1",
+        "--exclude-path-regex",
+        "/stream$",
+        "--request-timeout",
+        "10",
+        "-H",
+        f"Authorization: {auth_headers['Authorization']}",
+    ]
     out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=150)
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]

@@ -16,8 +16,8 @@ WRITER = textwrap.dedent(
     """
     import sys, time
     from sqlalchemy import insert, update
-    from api.db import get_engine
-    from api.tables import Job, MetricPoint
+    from core.db import get_engine
+    from core.tables import Job, MetricPoint
     url, job_id, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     engine = get_engine(url)
     seq, end = 0, time.monotonic() + seconds
@@ -32,10 +32,14 @@ WRITER = textwrap.dedent(
 )
 
 
-def test_readers_and_a_full_speed_writer_never_lock(api_settings, make_job_sqlite, auth_headers: dict) -> None:  # noqa: ANN001
+def test_readers_and_a_full_speed_writer_never_lock(api_settings, make_job_sqlite, auth_headers: dict) -> None:
     settings, job_id = make_job_sqlite
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, settings.resolved_database_url, str(job_id), "4"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, settings.resolved_database_url, str(job_id), "4"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     statuses: list[int] = []
     try:
         with TestClient(create_app(settings), headers=auth_headers, raise_server_exceptions=False) as c:

@@ -7,4 +7,4 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "worker"))
 
-from wk_fixtures import service, workers  # noqa: E402, F401
+from wk_fixtures import service, workers

@@ -14,7 +14,7 @@ from wk_helpers import ROOT, fake_spec
 RANKZERO = str(Path(sys.executable).with_name("rankzero"))
 
 
-def _cli(*args: str, url: str | None = None, token: str | None = None, env: dict | None = None, timeout: float = 90):  # noqa: ANN202
+def _cli(*args: str, url: str | None = None, token: str | None = None, env: dict | None = None, timeout: float = 90):
     e = dict(os.environ) | (env or {})
     if url:
         e["RANKZERO_URL"] = url
@@ -24,7 +24,7 @@ def _cli(*args: str, url: str | None = None, token: str | None = None, env: dict
     return subprocess.run([RANKZERO, *args], capture_output=True, text=True, env=e, cwd=ROOT, timeout=timeout)
 
 
-def test_submit_follow_jobs_show_checkpoints_download_cancel(service, workers, tmp_path):  # noqa: ANN001
+def test_submit_follow_jobs_show_checkpoints_download_cancel(service, workers, tmp_path):
     settings, client = service()
     workers.start(settings)
     url, token = str(client.http.base_url).removesuffix("/api/").removesuffix("/api"), settings.token()
@@ -48,7 +48,7 @@ def test_submit_follow_jobs_show_checkpoints_download_cancel(service, workers, t
     assert r.returncode == 1 and "error" in r.stderr  # already finished: the API says 409
 
 
-def test_bad_token_and_unreachable_server_say_what_to_do(service):  # noqa: ANN001
+def test_bad_token_and_unreachable_server_say_what_to_do(service):
     _, client = service()
     url = str(client.http.base_url).removesuffix("/api/").removesuffix("/api")
     r = _cli("jobs", url=url, token="wrong")
@@ -57,7 +57,7 @@ def test_bad_token_and_unreachable_server_say_what_to_do(service):  # noqa: ANN0
     assert r.returncode == 1 and "rankzero up" in r.stderr
 
 
-def test_invalid_spec_shows_the_field(service, tmp_path):  # noqa: ANN001
+def test_invalid_spec_shows_the_field(service, tmp_path):
     settings, client = service()
     url = str(client.http.base_url).removesuffix("/api/").removesuffix("/api")
     spec = tmp_path / "bad.json"
@@ -71,24 +71,28 @@ def test_schema_prints_the_job_spec_schema():
     assert r.returncode == 0 and "JobSpec" in json.loads(r.stdout)["title"]
 
 
-def test_api_refuses_public_bind_without_token(tmp_path):  # noqa: ANN001
+def test_api_refuses_public_bind_without_token(tmp_path):
     e = {k: v for k, v in os.environ.items() if k != "RANKZERO_API_TOKEN"} | {"RANKZERO_DATA_DIR": str(tmp_path)}
-    r = subprocess.run([RANKZERO, "api", "--host", "0.0.0.0", "--port", "8799"], capture_output=True, text=True, env=e, timeout=60)
+    r = subprocess.run(
+        [RANKZERO, "api", "--host", "0.0.0.0", "--port", "8799"], capture_output=True, text=True, env=e, timeout=60
+    )
     assert r.returncode == 2 and "RANKZERO_API_TOKEN" in r.stderr
 
 
-def test_up_prints_url_and_token_and_its_worker_dies_with_it(tmp_path):  # noqa: ANN001
+def test_up_prints_url_and_token_and_its_worker_dies_with_it(tmp_path):
     import signal
     import time
 
     from wk_helpers import alive
 
-    from api.settings import Settings
+    from core.settings import Settings
 
     port = Settings().port + 1000 + os.getpid() % 1000
     e = {k: v for k, v in os.environ.items() if not k.startswith("RANKZERO_")}
     e |= {"RANKZERO_DATA_DIR": str(tmp_path), "RANKZERO_PORT": str(port), "RANKZERO_GPUS": ""}
-    up = subprocess.Popen([RANKZERO, "up"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=e, text=True, start_new_session=True)
+    up = subprocess.Popen(
+        [RANKZERO, "up"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=e, text=True, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 60
         while b" ready." not in ((tmp_path / "worker.log").read_bytes() if (tmp_path / "worker.log").exists() else b""):

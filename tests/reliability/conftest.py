@@ -20,10 +20,10 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "worker"))  # wk_helpers: Workers, Client, settings_env
 
-from rel_jobs import USER_CODE  # noqa: E402
-from rel_procs import end_everything  # noqa: E402
-from rel_servers import PgCluster, RedisServer  # noqa: E402
-from wk_helpers import ROOT, Client, Workers  # noqa: E402
+from rel_jobs import USER_CODE
+from rel_procs import end_everything
+from rel_servers import PgCluster, RedisServer
+from wk_helpers import ROOT, Client, Workers
 
 
 class RealWorkers(Workers):
@@ -35,7 +35,9 @@ class RealWorkers(Workers):
 
 
 @pytest.fixture
-def service(api_settings: Callable[..., Any], live_api: Callable[..., str]) -> Iterator[Callable[..., tuple[Any, Client]]]:
+def service(
+    api_settings: Callable[..., Any], live_api: Callable[..., str]
+) -> Iterator[Callable[..., tuple[Any, Client]]]:
     """`service(**settings_overrides) -> (settings, client)`: a live API whose settings workers share."""
     started: list[Any] = []
 

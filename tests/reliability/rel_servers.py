@@ -51,7 +51,7 @@ class RedisServer:
         if exe is None:
             raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
         self.workdir.mkdir(parents=True, exist_ok=True)
-        log = open(self.workdir / "redis.log", "ab")  # noqa: SIM115 - the child keeps it
+        log = open(self.workdir / "redis.log", "ab")
         self.proc = subprocess.Popen(
             [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
              "--daemonize", "no", "--dir", str(self.workdir)],
@@ -100,7 +100,7 @@ class PgCluster:
                        check=True, capture_output=True, timeout=120, cwd=self.workdir, **self._as_owner())  # type: ignore[arg-type]  # fmt: skip
 
     def start(self) -> None:
-        log = open(self.workdir / "postgres.log", "ab")  # noqa: SIM115 - the child keeps it
+        log = open(self.workdir / "postgres.log", "ab")
         if self._user:
             os.chown(self.workdir / "postgres.log", self._user.pw_uid, self._user.pw_gid)
         self.proc = subprocess.Popen(
@@ -114,7 +114,9 @@ class PgCluster:
 
         while True:  # the port opens before the server accepts queries
             try:
-                with psycopg.connect(f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres connect_timeout=2") as c:
+                with psycopg.connect(
+                    f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres connect_timeout=2"
+                ) as c:
                     c.execute("select 1")
                 return
             except psycopg.OperationalError:

@@ -19,7 +19,7 @@ class _Payload:
         return (open, (str(self.canary), "w"))
 
 
-def test_malicious_pickle_as_resume_from_is_refused(service, workers, tmp_path: Path) -> None:  # noqa: ANN001
+def test_malicious_pickle_as_resume_from_is_refused(service, workers, tmp_path: Path) -> None:
     import torch
 
     settings, client = service()

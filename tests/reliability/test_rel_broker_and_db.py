@@ -18,7 +18,7 @@ def _launches(run: Path) -> int:
     return len(started)
 
 
-def test_job_outliving_visibility_timeout_launches_once(service, workers, redis_server) -> None:  # noqa: ANN001
+def test_job_outliving_visibility_timeout_launches_once(service, workers, redis_server) -> None:
     settings, client = service(broker_url=redis_server.url)
     short = {"RANKZERO_VISIBILITY_TIMEOUT_S": "2"}
     workers.start(settings, extra_env=short)
@@ -36,7 +36,7 @@ def test_job_outliving_visibility_timeout_launches_once(service, workers, redis_
     assert "nothing to do (a repeated delivery)" in logs, "the message was never redelivered: the test proved nothing"
 
 
-def test_redis_down_mid_run(service, workers, redis_server) -> None:  # noqa: ANN001
+def test_redis_down_mid_run(service, workers, redis_server) -> None:
     outage = seconds("RANKZERO_REL_REDIS_OUTAGE_S", 10)
     settings, client = service(broker_url=redis_server.url)
     workers.start(settings, pool="threads", concurrency=2, extra_env={"RANKZERO_STALE_AFTER_S": "4"})
@@ -68,7 +68,7 @@ def test_redis_down_mid_run(service, workers, redis_server) -> None:  # noqa: AN
     assert _launches(run_dir(settings, running["id"])) == 1 and _launches(run_dir(settings, during["id"])) == 1
 
 
-def test_postgres_restart_mid_run(service, workers, pg_cluster) -> None:  # noqa: ANN001
+def test_postgres_restart_mid_run(service, workers, pg_cluster) -> None:
     outage = seconds("RANKZERO_REL_PG_OUTAGE_S", 10)
     settings, client = service(database_url=pg_cluster.url)
     # A stale threshold shorter than the outage: a recovery sweep trusting old heartbeats would call the job lost.
@@ -85,7 +85,11 @@ def test_postgres_restart_mid_run(service, workers, pg_cluster) -> None:  # noqa
 
     done = client.wait_terminal(job["id"], steps * 0.2 + 90)
     assert done["status"] == "succeeded" and done["attempt"] == 1, done
-    assert [t["status"] for t in done["transitions"]] == ["queued", "starting", "running", "succeeded"], done["transitions"]
+    assert [t["status"] for t in done["transitions"]] == ["queued", "starting", "running", "succeeded"], done[
+        "transitions"
+    ]
     assert _launches(run_dir(settings, job["id"])) == 1
-    assert points(client, job["id"]) == list(range(1, steps + 1)), "points written while the database was down were lost"
+    assert points(client, job["id"]) == list(range(1, steps + 1)), (
+        "points written while the database was down were lost"
+    )
     wait(lambda: httpx.get(client.http.base_url.join("/api/health")).status_code == 200, 10, "health")

@@ -29,14 +29,16 @@ def _loads_and_matches(path: Path, sha256: str) -> None:
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path):  # noqa: ANN201
+def small_disk(tmp_path: Path):
     """`mount(dir)`: a tmpfs of our own over `dir` (1 MiB, shrinkable with `resize`); unmounted after."""
     mounted: list[Path] = []
 
     class Disk:
         def mount(self, where: Path) -> None:
             where.mkdir(parents=True, exist_ok=True)
-            done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", str(where)], capture_output=True, text=True)
+            done = subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", str(where)], capture_output=True, text=True
+            )
             if done.returncode != 0:
                 pytest.skip(f"cannot mount a small tmpfs here (needs root / CAP_SYS_ADMIN): {done.stderr.strip()}")
             mounted.append(where)
@@ -49,7 +51,7 @@ def small_disk(tmp_path: Path):  # noqa: ANN201
         subprocess.run(["umount", "-l", str(where)], check=False, capture_output=True)
 
 
-def test_disk_full_during_checkpoint_keeps_the_previous_one(service, workers, small_disk) -> None:  # noqa: ANN001
+def test_disk_full_during_checkpoint_keeps_the_previous_one(service, workers, small_disk) -> None:
     settings, client = service()
     job = client.submit(slow_spec("disk-full", max_steps=400, every=10, max_restarts=0))
     ckpt_dir = run_dir(settings, job["id"]) / "checkpoints"
@@ -66,7 +68,9 @@ def test_disk_full_during_checkpoint_keeps_the_previous_one(service, workers, sm
     assert f"{Path(first['path']).name} is intact" in done["error"], done["error"]
     listed = _listed(client, job["id"])
     assert [c["step"] for c in listed] == [first["step"]], listed
-    assert sorted(p.name for p in ckpt_dir.iterdir()) == [Path(first["path"]).name], "a half-written file was left behind"
+    assert sorted(p.name for p in ckpt_dir.iterdir()) == [Path(first["path"]).name], (
+        "a half-written file was left behind"
+    )
     _loads_and_matches(run_dir(settings, job["id"]) / first["path"], first["sha256"])
 
 
@@ -88,7 +92,7 @@ def _catch_between_write_and_rename(ckpt_dir: Path, rank0: int, timeout: float) 
     raise AssertionError("never caught a checkpoint between write and rename")
 
 
-def test_kill_between_write_and_rename_keeps_the_previous_one(service, workers) -> None:  # noqa: ANN001
+def test_kill_between_write_and_rename_keeps_the_previous_one(service, workers) -> None:
     settings, client = service()
     workers.start(settings)
     # A wider model makes each checkpoint ~17 MB, so the write → fsync → rename window is wide enough to hit.

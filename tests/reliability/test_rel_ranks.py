@@ -9,7 +9,7 @@ from rel_jobs import events, points, run_dir, slow_spec, wait
 from rel_procs import alive, job_processes, wait_ranks
 
 
-def test_killed_rank_fails_job_naming_rank_and_exit_code(service, workers) -> None:  # noqa: ANN001
+def test_killed_rank_fails_job_naming_rank_and_exit_code(service, workers) -> None:
     settings, client = service()
     workers.start(settings)
     job = client.submit(slow_spec("rank-killed", max_steps=400, max_restarts=0))
@@ -26,7 +26,7 @@ def test_killed_rank_fails_job_naming_rank_and_exit_code(service, workers) -> No
     assert not job_processes(settings.resolved_runs_dir, job["id"])
 
 
-def test_hung_rank_is_restarted_by_the_stall_watchdog(service, workers) -> None:  # noqa: ANN001
+def test_hung_rank_is_restarted_by_the_stall_watchdog(service, workers) -> None:
     settings, client = service()
     workers.start(settings)
     job = client.submit(slow_spec("rank-hangs", max_steps=40, stall_timeout_s=10, max_restarts=1))
@@ -38,7 +38,8 @@ def test_hung_rank_is_restarted_by_the_stall_watchdog(service, workers) -> None:
     assert done["status"] == "succeeded" and done["attempt"] == 2, done
     restart = [t for t in client.job(job["id"])["transitions"] if t["status"] == "queued" and t["attempt"] == 1]
     assert restart and "stall_timeout_s" in (restart[0]["detail"] or ""), client.job(job["id"])["transitions"]
-    assert not [p for p in everyone if alive(p)], "the hung attempt's processes must be gone (SIGKILL reaches a stopped one)"
+    assert not [p for p in everyone if alive(p)], (
+        "the hung attempt's processes must be gone (SIGKILL reaches a stopped one)"
+    )
     assert points(client, job["id"]) == list(range(1, 41))
     assert [e["start_step"] for e in events(run_dir(settings, job["id"])) if e["type"] == "started"] == [0, 10]
-

@@ -20,9 +20,9 @@ WRITER = textwrap.dedent(
     """
     import sys, time
     from sqlmodel import Session
-    from api import metric_rollup
-    from api.db import get_engine
-    from worker import claim
+    from core import metric_rollup
+    from core.db import get_engine
+    from core import jobs as claim
     from worker.ingest import Ingestor
 
     url, job_id, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
@@ -66,10 +66,12 @@ def _reader(base: str, token: str, job_id: int, stop: threading.Event, results: 
             i += 1
 
 
-def test_sqlite_readers_and_full_speed_ingest_never_lock(api_settings, live_api, caplog: pytest.LogCaptureFixture) -> None:  # noqa: ANN001
-    from api.db import get_engine
-    from api.migrate import upgrade
-    from api.tables import Job, JobStatus
+def test_sqlite_readers_and_full_speed_ingest_never_lock(
+    api_settings, live_api, caplog: pytest.LogCaptureFixture
+) -> None:
+    from core.db import get_engine
+    from core.migrate import upgrade
+    from core.tables import Job, JobStatus
 
     duration = seconds("RANKZERO_REL_SQLITE_S", 15)
     settings = api_settings()

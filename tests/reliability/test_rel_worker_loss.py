@@ -27,7 +27,7 @@ def _assert_complete_and_exact(client: Any, settings: Any, job_id: int, referenc
     assert_same_weights(run_dir(settings, job_id) / "checkpoints" / f"step_{total:08d}.pt", reference)
 
 
-def test_worker_host_killed_job_resumes_from_checkpoint(service, workers, reference) -> None:  # noqa: ANN001
+def test_worker_host_killed_job_resumes_from_checkpoint(service, workers, reference) -> None:
     settings, client = service()
     host = workers.start(settings, pool="threads", concurrency=2, extra_env=STALE)
     job = client.submit(slow_spec("host-dies", max_restarts=1))
@@ -54,7 +54,7 @@ def test_worker_host_killed_job_resumes_from_checkpoint(service, workers, refere
     assert "max_restarts is 0" in failed["error"]
 
 
-def test_worker_sigterm_checkpoints_and_resumes_elsewhere(service, workers, reference) -> None:  # noqa: ANN001
+def test_worker_sigterm_checkpoints_and_resumes_elsewhere(service, workers, reference) -> None:
     settings, client = service(cancel_grace_s=15.0)
     first = workers.start(settings, pool="threads", concurrency=1, name="first@%h")
     job = client.submit(slow_spec("deploy"))
@@ -80,5 +80,3 @@ def test_worker_sigterm_checkpoints_and_resumes_elsewhere(service, workers, refe
     assert f"job {job['id']}" in workers.log(1) or str(job["id"]) in workers.log(1)
     _assert_complete_and_exact(client, settings, job["id"], reference)
     assert not job_processes(settings.resolved_runs_dir, job["id"])
-
-

@@ -36,6 +36,7 @@ def main(jobs_path: str, result_path: str) -> None:
 
         def count_allreduces(strategy, calls=calls):
             if isinstance(strategy, DDPStrategy):
+
                 def hook(state, bucket):
                     calls[0] += 1
                     return default_hooks.allreduce_hook(state, bucket)

@@ -29,8 +29,19 @@ from trainer_helpers import (
 
 # docs/ARCHITECTURE.md: the exact fields of each event type (besides seq, time, type)
 EVENT_FIELDS = {
-    "started": {"world_size", "nproc", "nnodes", "strategy", "device", "backend", "precision", "total_steps",
-                "global_batch_size", "start_step", "resumed_from"},
+    "started": {
+        "world_size",
+        "nproc",
+        "nnodes",
+        "strategy",
+        "device",
+        "backend",
+        "precision",
+        "total_steps",
+        "global_batch_size",
+        "start_step",
+        "resumed_from",
+    },
     "progress": {"step", "total_steps", "epoch", "samples", "samples_per_s", "eta_s"},
     "metric": {"step", "name", "value"},
     "checkpoint": {"step", "epoch", "path", "bytes", "sha256"},
@@ -52,8 +63,13 @@ def assert_event_contract(events):
 def test_run_writes_spec_events_and_checkpoints(tmp_path):
     """A YAML spec, 2 epochs of digits: spec.json, events per contract, keep_last, final checkpoint."""
     spec = {
-        "name": "cli", "data": {"name": "digits"}, "model": {"name": "mlp", "args": {"hidden": 32}},
-        "batch_size": 64, "epochs": 2, "log_every": 5, "device": "cpu",
+        "name": "cli",
+        "data": {"name": "digits"},
+        "model": {"name": "mlp", "args": {"hidden": 32}},
+        "batch_size": 64,
+        "epochs": 2,
+        "log_every": 5,
+        "device": "cpu",
         "optimizer": {"name": "sgd", "lr": 0.2, "momentum": 0.9},
         "scheduler": {"name": "step", "step_size": 10, "gamma": 0.5},
         "checkpoint": {"every_steps": 4, "every_epochs": 1, "keep_last": 2},
@@ -97,7 +113,12 @@ def test_run_writes_spec_events_and_checkpoints(tmp_path):
 
 def test_resume_mid_epoch_is_exact_and_seq_continues(tmp_path):
     """Straight 20 steps vs 7 steps + resume into the same run dir: identical weights, seq continues."""
-    spec = make_spec(max_steps=20, log_every=5, checkpoint={"every_steps": 7}, model={"args": {"in_features": 16, "hidden": 32, "num_classes": 4, "dropout": 0.2}})
+    spec = make_spec(
+        max_steps=20,
+        log_every=5,
+        checkpoint={"every_steps": 7},
+        model={"args": {"in_features": 16, "hidden": 32, "num_classes": 4, "dropout": 0.2}},
+    )
     run_dir = tmp_path / "run"
     done = run(trainer_cmd(write_spec(tmp_path / "a.json", spec), run_dir))
     assert done.returncode == 0, done.stdout[-4000:]
@@ -113,17 +134,25 @@ def test_resume_mid_epoch_is_exact_and_seq_continues(tmp_path):
 
     events = read_events(run_dir)
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-    appended = events[len(first_events):]
+    appended = events[len(first_events) :]
     assert appended[0]["type"] == "started" and appended[0]["start_step"] == 7
     assert appended[0]["resumed_from"].endswith("step_00000007.pt") and appended[-1]["type"] == "finished"
     assert min(e["step"] for e in appended if e["type"] == "metric") == 10
 
 
 def test_sigterm_saves_a_checkpoint_and_exits_75(tmp_path):
-    spec = make_spec(max_steps=1_000_000, log_every=10, eval_every=None, checkpoint={"every_steps": None, "every_epochs": None})
+    spec = make_spec(
+        max_steps=1_000_000, log_every=10, eval_every=None, checkpoint={"every_steps": None, "every_epochs": None}
+    )
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen(trainer_cmd(write_spec(tmp_path / "s.json", spec), run_dir), cwd=REPO, env=child_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        trainer_cmd(write_spec(tmp_path / "s.json", spec), run_dir),
+        cwd=REPO,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         wait_for_event(run_dir, lambda e: e["type"] == "progress", proc=proc)
         os.killpg(proc.pid, signal.SIGTERM)
@@ -156,9 +185,18 @@ def test_non_finite_loss_fails_fast_naming_step_and_rank(tmp_path):
 def test_user_model_data_and_loss(tmp_path):
     """User code by 'module:function': a model factory, a (train, val) factory, a loss fn; and a model
     that scores itself with loss null."""
-    common = dict(data={"name": "rz_user_code:make_data", "args": {}}, max_steps=12, eval_every=6, log_every=3,
-                  checkpoint={"every_steps": None, "every_epochs": None})
-    a = make_spec(model={"name": "rz_user_code:make_model", "args": {"features": 8}}, loss={"name": "rz_user_code:loss_fn"}, **common)
+    common = dict(
+        data={"name": "rz_user_code:make_data", "args": {}},
+        max_steps=12,
+        eval_every=6,
+        log_every=3,
+        checkpoint={"every_steps": None, "every_epochs": None},
+    )
+    a = make_spec(
+        model={"name": "rz_user_code:make_model", "args": {"features": 8}},
+        loss={"name": "rz_user_code:loss_fn"},
+        **common,
+    )
     b = make_spec(model={"name": "rz_user_code:make_self_scoring", "args": {}}, loss=None, **common)
     for name, spec in (("a", a), ("b", b)):
         done = run(trainer_cmd(write_spec(tmp_path / f"{name}.json", spec), tmp_path / name))
@@ -172,7 +210,17 @@ def test_user_model_data_and_loss(tmp_path):
 
 def test_a_bad_spec_is_refused_with_the_field_named(tmp_path):
     bad = make_spec(batch_size=0, surprise=1)
-    done = run([PYTHON, "-m", "trainer", "--spec", str(write_spec(tmp_path / "bad.json", bad)), "--run-dir", str(tmp_path / "r")])
+    done = run(
+        [
+            PYTHON,
+            "-m",
+            "trainer",
+            "--spec",
+            str(write_spec(tmp_path / "bad.json", bad)),
+            "--run-dir",
+            str(tmp_path / "r"),
+        ]
+    )
     assert done.returncode != 0
     assert "batch_size" in done.stdout and "surprise" in done.stdout
     failed = read_events(tmp_path / "r")[-1]
@@ -180,10 +228,17 @@ def test_a_bad_spec_is_refused_with_the_field_named(tmp_path):
 
 
 def test_convnet_with_batchnorm_in_bf16_autocast_on_cpu(tmp_path):
-    spec = make_spec(model={"name": "convnet", "args": {"in_channels": 1, "num_classes": 10}},
-                     data={"name": "digits", "args": {"image": True}, "val_fraction": 0.1},
-                     batch_size=32, max_steps=12, log_every=4, eval_every=12, precision="bf16",
-                     optimizer={"name": "adamw", "lr": 0.003}, grad_clip_norm=5.0)
+    spec = make_spec(
+        model={"name": "convnet", "args": {"in_channels": 1, "num_classes": 10}},
+        data={"name": "digits", "args": {"image": True}, "val_fraction": 0.1},
+        batch_size=32,
+        max_steps=12,
+        log_every=4,
+        eval_every=12,
+        precision="bf16",
+        optimizer={"name": "adamw", "lr": 0.003},
+        grad_clip_norm=5.0,
+    )
     done = run(trainer_cmd(write_spec(tmp_path / "c.json", spec), tmp_path / "run"))
     assert done.returncode == 0, done.stdout[-4000:]
     events = read_events(tmp_path / "run")

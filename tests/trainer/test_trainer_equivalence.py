@@ -58,7 +58,9 @@ def runs(tmp_path_factory) -> dict:
     dirs = {name: root / name for name in [*RANKS_2, *SINGLE, "resume_1x2"]}
     two = run_probe([{"spec": make_spec(**o), "run_dir": str(dirs[n])} for n, o in RANKS_2.items()], root, nproc=2)
     # Resume the DDP(2)×1 run from step 5 (mid-epoch) on one process × 2 micro-steps: same W×A.
-    resume = make_spec(accumulation_steps=2, optimizer=SGD, resume_from=str(dirs["ddp_sgd"] / "checkpoints" / "step_00000005.pt"))
+    resume = make_spec(
+        accumulation_steps=2, optimizer=SGD, resume_from=str(dirs["ddp_sgd"] / "checkpoints" / "step_00000005.pt")
+    )
     one_jobs = [{"spec": make_spec(**o), "run_dir": str(dirs[n])} for n, (o, _) in SINGLE.items()]
     one = run_probe([*one_jobs, {"spec": resume, "run_dir": str(dirs["resume_1x2"])}], root, nproc=1)
     assert all(r["exit_code"] == 0 for r in two + one)

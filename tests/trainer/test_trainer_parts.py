@@ -50,7 +50,9 @@ def test_models_build_and_run():
     assert any(isinstance(m, torch.nn.BatchNorm2d) for m in conv.modules())
     r18 = build_model(ModelSpec(name="resnet18", args={"num_classes": 5, "in_channels": 1}))
     assert r18(torch.randn(2, 1, 32, 32)).shape == (2, 5)
-    assert build_model(ModelSpec(name="mlp", args={"in_features": 6, "hidden": [8, 8], "num_classes": 2}))(torch.randn(3, 6)).shape == (3, 2)
+    assert build_model(ModelSpec(name="mlp", args={"in_features": 6, "hidden": [8, 8], "num_classes": 2}))(
+        torch.randn(3, 6)
+    ).shape == (3, 2)
     with pytest.raises(TypeError, match="model.args"):
         build_model(ModelSpec(name="mlp", args={"widht": 3}))
 
@@ -61,13 +63,17 @@ def test_builtin_data_sets(tmp_path):
     a, _ = build_datasets(DataSpec(name="synthetic", args={"num_samples": 64}, val_fraction=0.25), seed=3)
     b, _ = build_datasets(DataSpec(name="synthetic", args={"num_samples": 64}, val_fraction=0.25), seed=3)
     assert len(a) == 48 and torch.equal(a.inputs, b.inputs)  # seeded: every rank builds the same data
-    fake_train, fake_val = build_datasets(DataSpec(name="fake", args={"num_samples": 20, "image_size": [3, 8, 8]}, val_fraction=0.2), 0)
+    fake_train, fake_val = build_datasets(
+        DataSpec(name="fake", args={"num_samples": 20, "image_size": [3, 8, 8]}, val_fraction=0.2), 0
+    )
     assert len(fake_train) == 16 and fake_train[0][0].shape == (3, 8, 8)
     for cls in ("cats", "dogs"):
         (tmp_path / "imgs" / cls).mkdir(parents=True)
         for i in range(5):
             Image.new("RGB", (10, 12), (i * 40, 0, 0)).save(tmp_path / "imgs" / cls / f"{i}.png")
-    folder, folder_val = build_datasets(DataSpec(name="image_folder", args={"path": str(tmp_path / "imgs"), "image_size": 8}, val_fraction=0.2), 0)
+    folder, folder_val = build_datasets(
+        DataSpec(name="image_folder", args={"path": str(tmp_path / "imgs"), "image_size": 8}, val_fraction=0.2), 0
+    )
     assert len(folder) == 8 and len(folder_val) == 2 and folder[0][0].shape == (3, 8, 8)
 
 
@@ -118,7 +124,10 @@ def test_event_log_continues_seq_and_skips_a_torn_line(tmp_path):
 def test_checkpoint_write_is_atomic_and_prune_keeps_the_newest(tmp_path):
     run = RunDir(tmp_path)
     for step in (3, 6, 9, 12):
-        saved = ckpt_io.write_atomic(run.checkpoint_path(step), {"step": step, "w": torch.ones(3) * step, "rng": ckpt_io.capture_rng(torch.device("cpu"))})
+        saved = ckpt_io.write_atomic(
+            run.checkpoint_path(step),
+            {"step": step, "w": torch.ones(3) * step, "rng": ckpt_io.capture_rng(torch.device("cpu"))},
+        )
         assert saved.bytes == saved.path.stat().st_size
     assert not list(run.checkpoints.glob(".*"))  # no temp files left behind
     ckpt_io.prune(run, keep_last=2)
@@ -141,7 +150,9 @@ def test_a_failing_peer_writes_the_failed_event_when_rank_0_cannot(tmp_path, mon
     log.emit("started")
     log.close()
     since = _time.time()
-    failures.report_failure(tmp_path, 1, 2, RuntimeError("peer blew up"), EventLog(tmp_path / "x", enabled=False), since)
+    failures.report_failure(
+        tmp_path, 1, 2, RuntimeError("peer blew up"), EventLog(tmp_path / "x", enabled=False), since
+    )
     events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert [e["seq"] for e in events] == [1, 2]
     assert events[-1]["type"] == "failed" and events[-1]["rank"] == 1 and "peer blew up" in events[-1]["error"]

@@ -24,12 +24,24 @@ from trainer.run_dir import RunDir
 
 
 def test_sigterm_to_the_process_group_stops_all_ranks_at_one_step(tmp_path):
-    spec = make_spec(nproc=2, max_steps=1_000_000, log_every=10, eval_every=None,
-                     checkpoint={"every_steps": None, "every_epochs": None})
+    spec = make_spec(
+        nproc=2,
+        max_steps=1_000_000,
+        log_every=10,
+        eval_every=None,
+        checkpoint={"every_steps": None, "every_epochs": None},
+    )
     run_dir = tmp_path / "run"
     cmd = trainer_cmd(write_spec(tmp_path / "s.json", spec), run_dir, nproc=2, log_dir=RunDir(run_dir).attempt_logs(0))
-    proc = subprocess.Popen(cmd, cwd=REPO, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         wait_for_event(run_dir, lambda e: e["type"] == "progress", timeout=120, proc=proc)
         os.killpg(proc.pid, signal.SIGTERM)  # torchrun and both ranks, as the worker does

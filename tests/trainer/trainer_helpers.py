@@ -22,7 +22,11 @@ LAUNCH_TIMEOUT_S = 150
 BASE_SPEC: dict[str, Any] = {
     "name": "t",
     "model": {"name": "mlp", "args": {"in_features": 16, "hidden": 32, "num_classes": 4}},
-    "data": {"name": "synthetic", "args": {"num_samples": 200, "num_features": 16, "num_classes": 4}, "val_fraction": 0.2},
+    "data": {
+        "name": "synthetic",
+        "args": {"num_samples": 200, "num_features": 16, "num_classes": 4},
+        "val_fraction": 0.2,
+    },
     "optimizer": {"name": "sgd", "lr": 0.1, "momentum": 0.9},
     "batch_size": 8,
     "max_steps": 15,
@@ -67,8 +71,15 @@ def torchrun_cmd(nproc: int, *args: str, log_dir: Path | None = None) -> list[st
 
 def run(cmd: list[str], timeout: float = LAUNCH_TIMEOUT_S, **env: str) -> subprocess.CompletedProcess:
     """Run in a new session and kill that whole session if it overruns (only what this test started)."""
-    proc = subprocess.Popen(cmd, cwd=REPO, env=child_env(**env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env=child_env(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -93,7 +104,11 @@ def run_probe(jobs: list[dict[str, Any]], workdir: Path, nproc: int = 1, **env: 
     jobs_path, result_path = workdir / f"jobs_{nproc}.json", workdir / f"result_{nproc}.json"
     jobs_path.write_text(json.dumps(jobs))
     probe = str(HERE / "probe.py")
-    cmd = torchrun_cmd(nproc, probe, str(jobs_path), str(result_path)) if nproc > 1 else [PYTHON, probe, str(jobs_path), str(result_path)]
+    cmd = (
+        torchrun_cmd(nproc, probe, str(jobs_path), str(result_path))
+        if nproc > 1
+        else [PYTHON, probe, str(jobs_path), str(result_path)]
+    )
     done = run(cmd, **env)
     assert done.returncode == 0, done.stdout[-6000:]
     return json.loads(result_path.read_text())
@@ -108,7 +123,9 @@ def metric_series(events: list[dict[str, Any]], name: str) -> dict[int, float]:
     return {e["step"]: e["value"] for e in events if e["type"] == "metric" and e["name"] == name}
 
 
-def wait_for_event(run_dir: Path, predicate, timeout: float = 90.0, proc: subprocess.Popen | None = None) -> dict[str, Any]:
+def wait_for_event(
+    run_dir: Path, predicate, timeout: float = 90.0, proc: subprocess.Popen | None = None
+) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for e in read_events(run_dir):

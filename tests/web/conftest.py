@@ -51,8 +51,8 @@ class Service:
     def runs_dir(self) -> Path:
         return self.data_dir / "runs"
 
-    def settings(self):  # noqa: ANN201
-        from api.settings import Settings
+    def settings(self):
+        from core.settings import Settings
 
         return Settings(data_dir=self.data_dir, api_token=TOKEN)
 
@@ -111,10 +111,43 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     if _cli_has_up():
         svc.procs.append(_start([str(bin_dir / "rankzero"), "up"], env, log))
     else:
-        svc.procs.append(_start([sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory",
-                                 "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"], env, log))
-        svc.procs.append(_start([sys.executable, "-m", "celery", "-A", "worker.celery_app", "worker",
-                                 "--concurrency", "2", "--loglevel", "WARNING"], env, log))
+        svc.procs.append(
+            _start(
+                [
+                    sys.executable,
+                    "-m",
+                    "uvicorn",
+                    "api.app:create_app",
+                    "--factory",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--log-level",
+                    "warning",
+                ],
+                env,
+                log,
+            )
+        )
+        svc.procs.append(
+            _start(
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "worker.celery_app",
+                    "worker",
+                    "--concurrency",
+                    "2",
+                    "--loglevel",
+                    "WARNING",
+                ],
+                env,
+                log,
+            )
+        )
     try:
         deadline = time.monotonic() + 90
         while True:
@@ -141,7 +174,8 @@ def browser() -> Iterator[object]:
 
     with sync_playwright() as pw:
         b = pw.chromium.launch(
-            executable_path=CHROMIUM, headless=True,
+            executable_path=CHROMIUM,
+            headless=True,
             args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
         )
         yield b
@@ -152,16 +186,18 @@ class ConsoleErrors(list):
     """Console errors and uncaught exceptions of a page."""
 
 
-def watch_console(page) -> ConsoleErrors:  # noqa: ANN001
+def watch_console(page) -> ConsoleErrors:
     errors = ConsoleErrors()
 
-    def on_console(msg) -> None:  # noqa: ANN001
+    def on_console(msg) -> None:
         if msg.type != "error":
             return
         url = (msg.location or {}).get("url", "")
         # Chrome logs every non-2xx fetch as "Failed to load resource"; a test that provokes one
         # on purpose (a 422 for a bad spec) says so with allow_http_error(page, 422, "/api/jobs").
-        if any(f"status of {status} " in msg.text and part in url for status, part in ALLOWED_HTTP_ERRORS.get(id(page), [])):
+        if any(
+            f"status of {status} " in msg.text and part in url for status, part in ALLOWED_HTTP_ERRORS.get(id(page), [])
+        ):
             return
         errors.append(f"console.{msg.type}: {msg.text} @ {url}")
 
@@ -171,16 +207,18 @@ def watch_console(page) -> ConsoleErrors:  # noqa: ANN001
 
 
 @pytest.fixture
-def new_page(browser, service):  # noqa: ANN001, ANN201
+def new_page(browser, service):
     """Factory for pages that fail the test on console errors; signed in unless told otherwise."""
     contexts = []
     watched: list[ConsoleErrors] = []
 
-    def make(signed_in: bool = True, viewport: dict | None = None, **context_options):  # noqa: ANN003, ANN202
+    def make(signed_in: bool = True, viewport: dict | None = None, **context_options):
         state = None
         if signed_in:
             state = _signed_in_state(browser, service)
-        context = browser.new_context(viewport=viewport or VIEWPORT, storage_state=state, accept_downloads=True, **context_options)
+        context = browser.new_context(
+            viewport=viewport or VIEWPORT, storage_state=state, accept_downloads=True, **context_options
+        )
         context.set_default_timeout(15_000)
         contexts.append(context)
         page = context.new_page()
@@ -197,7 +235,7 @@ def new_page(browser, service):  # noqa: ANN001, ANN201
 _STATE: dict = {}
 
 
-def _signed_in_state(browser, service: Service) -> dict:  # noqa: ANN001
+def _signed_in_state(browser, service: Service) -> dict:
     if "state" not in _STATE:
         context = browser.new_context(viewport=VIEWPORT)
         page = context.new_page()
@@ -213,7 +251,7 @@ def _signed_in_state(browser, service: Service) -> dict:  # noqa: ANN001
 
 
 @pytest.fixture
-def page(new_page):  # noqa: ANN001, ANN201
+def page(new_page):
     return new_page()
 
 
@@ -221,7 +259,7 @@ def page(new_page):  # noqa: ANN001, ANN201
 def db(service: Service) -> Iterator[object]:
     from sqlmodel import Session
 
-    from api.db import get_engine
+    from core.db import get_engine
 
     with Session(get_engine(service.database_url)) as session:
         yield session

@@ -11,7 +11,7 @@ from web_helpers import shot
 RUN_TIMEOUT_MS = 120_000
 
 
-def test_submit_through_the_form_watch_it_succeed_and_download_a_checkpoint(page, service, tmp_path: Path) -> None:  # noqa: ANN001
+def test_submit_through_the_form_watch_it_succeed_and_download_a_checkpoint(page, service, tmp_path: Path) -> None:
     page.goto(f"{service.base}/new")
     page.wait_for_selector("#job-form[data-ready]")
     page.select_option("#preset", "digits-mlp")
@@ -24,7 +24,9 @@ def test_submit_through_the_form_watch_it_succeed_and_download_a_checkpoint(page
     with page.expect_navigation():
         page.click("#submit-job")
     assert "/jobs/" in page.url
-    page.wait_for_function("() => document.querySelector('#job-status').textContent === 'succeeded'", timeout=RUN_TIMEOUT_MS)
+    page.wait_for_function(
+        "() => document.querySelector('#job-status').textContent === 'succeeded'", timeout=RUN_TIMEOUT_MS
+    )
     page.wait_for_function("() => Number(document.querySelector('#chart-loss').dataset.points) > 5")
     page.wait_for_function("() => Number(document.querySelector('#chart-acc').dataset.points) > 0")
     page.wait_for_selector("#checkpoints-body tr")
@@ -40,13 +42,22 @@ def test_submit_through_the_form_watch_it_succeed_and_download_a_checkpoint(page
     assert hashlib.sha256(target.read_bytes()).hexdigest() == expected_sha
 
 
-def test_cancel_a_running_job(page, service) -> None:  # noqa: ANN001
-    spec = {"name": "e2e-cancel-me", "model": {"name": "mlp"}, "data": {"name": "digits"}, "device": "cpu",
-            "max_steps": 1_000_000, "batch_size": 8, "log_every": 5}
+def test_cancel_a_running_job(page, service) -> None:
+    spec = {
+        "name": "e2e-cancel-me",
+        "model": {"name": "mlp"},
+        "data": {"name": "digits"},
+        "device": "cpu",
+        "max_steps": 1_000_000,
+        "batch_size": 8,
+        "log_every": 5,
+    }
     with service.client() as client:
         job = client.post("/api/jobs", json=spec).raise_for_status().json()
     page.goto(f"{service.base}/jobs/{job['id']}")
-    page.wait_for_function("() => document.querySelector('#job-status').textContent === 'running'", timeout=RUN_TIMEOUT_MS)
+    page.wait_for_function(
+        "() => document.querySelector('#job-status').textContent === 'running'", timeout=RUN_TIMEOUT_MS
+    )
     page.wait_for_function("() => Number(document.querySelector('#chart-loss').dataset.points) > 0", timeout=60_000)
     shot(page, "job-live-running")
     page.click("#cancel-job")

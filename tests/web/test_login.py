@@ -7,7 +7,7 @@ import httpx
 from web_helpers import shot
 
 
-def test_pages_redirect_to_login_and_sign_in_sets_a_strict_httponly_cookie(new_page, service) -> None:  # noqa: ANN001
+def test_pages_redirect_to_login_and_sign_in_sets_a_strict_httponly_cookie(new_page, service) -> None:
     page = new_page(signed_in=False)
     page.goto(f"{service.base}/new")
     assert page.url.startswith(f"{service.base}/login?next=")
@@ -37,15 +37,16 @@ def test_pages_redirect_to_login_and_sign_in_sets_a_strict_httponly_cookie(new_p
     assert page.url.startswith(f"{service.base}/login")
 
 
-def test_cross_site_login_and_logout_are_refused(service) -> None:  # noqa: ANN001
+def test_cross_site_login_and_logout_are_refused(service) -> None:
     with httpx.Client(base_url=service.base, follow_redirects=False) as client:
         forged = client.post("/login", data={"token": service.token}, headers={"Origin": "https://evil.example"})
         assert forged.status_code == 403
         assert "rankzero_session" not in forged.cookies
         forged = client.post("/login", data={"token": service.token}, headers={"Sec-Fetch-Site": "cross-site"})
         assert forged.status_code == 403
-        ok = client.post("/login", data={"token": service.token, "next": "//evil.example/x"},
-                         headers={"Origin": service.base})
+        ok = client.post(
+            "/login", data={"token": service.token, "next": "//evil.example/x"}, headers={"Origin": service.base}
+        )
         assert ok.status_code == 303 and ok.headers["location"] == "/"  # no open redirect
         assert "rankzero_session" in client.cookies
         # Signing out needs the page's CSRF token, so another site cannot sign you out either.

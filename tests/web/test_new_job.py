@@ -6,7 +6,7 @@ from __future__ import annotations
 from web_helpers import allow_http_error, shot
 
 
-def test_validation_errors_are_shown_at_their_field(page, service) -> None:  # noqa: ANN001
+def test_validation_errors_are_shown_at_their_field(page, service) -> None:
     page.goto(f"{service.base}/new")
     page.wait_for_selector("#job-form[data-ready]")
     # Strategy knobs: the global batch follows as you type.
@@ -32,14 +32,17 @@ def test_validation_errors_are_shown_at_their_field(page, service) -> None:  # n
     assert page.url.endswith("/new")  # nothing was submitted
 
 
-def test_raw_yaml_editor_round_trips_and_reports_unknown_fields(page, service) -> None:  # noqa: ANN001
+def test_raw_yaml_editor_round_trips_and_reports_unknown_fields(page, service) -> None:
     page.goto(f"{service.base}/new")
     page.wait_for_selector("#job-form[data-ready]")
     allow_http_error(page, 422, "/api/jobs")
     allow_http_error(page, 400, "/ui/parse-spec")
     page.click("#tab-raw")
     assert '"model"' in page.locator("#raw-spec").input_value()  # the form's spec as JSON
-    page.fill("#raw-spec", "name: yaml-job\nmodel: {name: mlp}\ndata:\n  name: digits\nmax_steps: 5\nbatch_size: 4\nnproc: 3\nbogus_field: 1\n")
+    page.fill(
+        "#raw-spec",
+        "name: yaml-job\nmodel: {name: mlp}\ndata:\n  name: digits\nmax_steps: 5\nbatch_size: 4\nnproc: 3\nbogus_field: 1\n",
+    )
     page.click("#submit-job")
     page.locator("#form-errors").wait_for(state="visible")
     assert "bogus_field" in page.locator("#form-errors").inner_text()

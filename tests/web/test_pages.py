@@ -9,9 +9,15 @@ from web_helpers import shot
 from web_seed import bulk_points, seed_checkpoint, seed_curves, seed_job, seed_logs
 
 
-def test_job_page_shows_timeline_charts_checkpoints_and_logs(page, service, db) -> None:  # noqa: ANN001
-    job = seed_job(db, "seeded-ddp", "succeeded", runs_dir=service.runs_dir, total_steps=2000,
-                   spec={"nproc": 4, "accumulation_steps": 2, "batch_size": 16})
+def test_job_page_shows_timeline_charts_checkpoints_and_logs(page, service, db) -> None:
+    job = seed_job(
+        db,
+        "seeded-ddp",
+        "succeeded",
+        runs_dir=service.runs_dir,
+        total_steps=2000,
+        spec={"nproc": 4, "accumulation_steps": 2, "batch_size": 16},
+    )
     seed_curves(db, job, 2000)
     ckpt = seed_checkpoint(db, job, 1000)
     seed_checkpoint(db, job, 2000)
@@ -58,10 +64,19 @@ def test_job_page_shows_timeline_charts_checkpoints_and_logs(page, service, db) 
     assert page.locator("#global-batch").inner_text() == "128"
 
 
-def test_failed_job_shows_error_and_rank_at_the_top(page, service, db) -> None:  # noqa: ANN001
-    job = seed_job(db, "seeded-failure", "failed", runs_dir=service.runs_dir, total_steps=500, step=120,
-                   error="RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (rank 1)\n  File \"trainer/loop.py\", line 88",
-                   failed_rank=1, exit_code=1, spec={"nproc": 2})
+def test_failed_job_shows_error_and_rank_at_the_top(page, service, db) -> None:
+    job = seed_job(
+        db,
+        "seeded-failure",
+        "failed",
+        runs_dir=service.runs_dir,
+        total_steps=500,
+        step=120,
+        error='RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (rank 1)\n  File "trainer/loop.py", line 88',
+        failed_rank=1,
+        exit_code=1,
+        spec={"nproc": 2},
+    )
     seed_curves(db, job, 120)
     page.goto(f"{service.base}/jobs/{job.id}")
     page.wait_for_selector("#job-error:not([hidden])")
@@ -71,14 +86,21 @@ def test_failed_job_shows_error_and_rank_at_the_top(page, service, db) -> None: 
     shot(page, "job-failed")
 
 
-def test_jobs_list_filters_pages_and_compare(page, service, db) -> None:  # noqa: ANN001
+def test_jobs_list_filters_pages_and_compare(page, service, db) -> None:
     a = seed_job(db, "cmp-single", "succeeded", runs_dir=service.runs_dir, total_steps=600, spec={"batch_size": 32})
-    b = seed_job(db, "cmp-ddp2-acc2", "succeeded", runs_dir=service.runs_dir, total_steps=600,
-                 spec={"batch_size": 16, "nproc": 2, "accumulation_steps": 2})
+    b = seed_job(
+        db,
+        "cmp-ddp2-acc2",
+        "succeeded",
+        runs_dir=service.runs_dir,
+        total_steps=600,
+        spec={"batch_size": 16, "nproc": 2, "accumulation_steps": 2},
+    )
     seed_curves(db, a, 600)
     seed_curves(db, b, 600)
-    running = seed_job(db, "list-running", "running", runs_dir=service.runs_dir, total_steps=5000, step=1800,
-                       spec={"nproc": 2})
+    running = seed_job(
+        db, "list-running", "running", runs_dir=service.runs_dir, total_steps=5000, step=1800, spec={"nproc": 2}
+    )
     for i in range(28):
         seed_job(db, f"filler-{i:02d}", "queued", runs_dir=service.runs_dir)
 
@@ -108,8 +130,8 @@ def test_jobs_list_filters_pages_and_compare(page, service, db) -> None:  # noqa
     shot(page, "compare")
 
 
-def test_a_million_point_series_draws_within_a_second(page, service, db) -> None:  # noqa: ANN001
-    from api import metric_rollup
+def test_a_million_point_series_draws_within_a_second(page, service, db) -> None:
+    from core import metric_rollup
 
     job = seed_job(db, "million-points", "succeeded", runs_dir=service.runs_dir, total_steps=1_000_000)
     t0 = time.monotonic()
@@ -125,23 +147,35 @@ def test_a_million_point_series_draws_within_a_second(page, service, db) -> None
     points = int(page.locator("#chart-loss").get_attribute("data-points"))
     fetch_ms = page.evaluate("""() => Math.max(...performance.getEntriesByType('resource')
         .filter((e) => e.name.includes('/metrics') && e.name.includes('train%2Floss')).map((e) => e.duration))""")
-    nav = page.evaluate("() => { const n = performance.getEntriesByType('navigation')[0]; return [n.responseStart, n.responseEnd, n.domContentLoadedEventEnd]; }")
+    nav = page.evaluate(
+        "() => { const n = performance.getEntriesByType('navigation')[0]; return [n.responseStart, n.responseEnd, n.domContentLoadedEventEnd]; }"
+    )
     print(f"\nnavigation: first byte {nav[0]:.0f} ms, HTML done {nav[1]:.0f} ms, DOMContentLoaded {nav[2]:.0f} ms")
-    print(f"1M points: insert {inserted:.1f}s; first chart draw {draw_ms:.0f} ms after navigation "
-          f"({wall * 1000:.0f} ms wall incl. page load; the metrics request took {fetch_ms:.0f} ms), {points} points drawn")
+    print(
+        f"1M points: insert {inserted:.1f}s; first chart draw {draw_ms:.0f} ms after navigation "
+        f"({wall * 1000:.0f} ms wall incl. page load; the metrics request took {fetch_ms:.0f} ms), {points} points drawn"
+    )
     assert 1000 <= points <= 4000
     assert draw_ms < 1000, f"the million-point chart took {draw_ms:.0f} ms to draw"
     shot(page, "job-million-points")
 
 
-def test_pages_fit_a_small_laptop_screen(new_page, service, db) -> None:  # noqa: ANN001
-    job = seed_job(db, "laptop-view-with-a-rather-long-name", "running", runs_dir=service.runs_dir, total_steps=800,
-                   spec={"nproc": 2, "accumulation_steps": 4})
+def test_pages_fit_a_small_laptop_screen(new_page, service, db) -> None:
+    job = seed_job(
+        db,
+        "laptop-view-with-a-rather-long-name",
+        "running",
+        runs_dir=service.runs_dir,
+        total_steps=800,
+        spec={"nproc": 2, "accumulation_steps": 4},
+    )
     seed_curves(db, job, 400)
     page = new_page(viewport={"width": 1024, "height": 640})
-    for path, ready, name in [("/", "#jobs-table[data-loaded]", "laptop-jobs"),
-                              (f"/jobs/{job.id}", "#chart-loss[data-points]", "laptop-job"),
-                              ("/new", "#job-form[data-ready]", "laptop-new")]:
+    for path, ready, name in [
+        ("/", "#jobs-table[data-loaded]", "laptop-jobs"),
+        (f"/jobs/{job.id}", "#chart-loss[data-points]", "laptop-job"),
+        ("/new", "#job-form[data-ready]", "laptop-new"),
+    ]:
         page.goto(f"{service.base}{path}")
         page.wait_for_selector(ready)
         overflow = page.evaluate("() => document.documentElement.scrollWidth - document.documentElement.clientWidth")

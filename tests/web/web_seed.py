@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlmodel import Session
 
-from api.tables import Checkpoint, Job, JobStatus, JobTransition
+from core.tables import Checkpoint, Job, JobStatus, JobTransition
 from trainer.spec import JobSpec
 
 PATH_TO_TERMINAL = {
@@ -25,39 +25,67 @@ PATH_TO_TERMINAL = {
 }
 
 
-def seed_job(db: Session, name: str, status: str = "succeeded", *, runs_dir: Path, total_steps: int = 1000,
-             step: int | None = None, spec: dict[str, Any] | None = None, error: str | None = None,
-             failed_rank: int | None = None, exit_code: int | None = None, minutes: float = 6.0) -> Job:
+def seed_job(
+    db: Session,
+    name: str,
+    status: str = "succeeded",
+    *,
+    runs_dir: Path,
+    total_steps: int = 1000,
+    step: int | None = None,
+    spec: dict[str, Any] | None = None,
+    error: str | None = None,
+    failed_rank: int | None = None,
+    exit_code: int | None = None,
+    minutes: float = 6.0,
+) -> Job:
     spec_model = JobSpec.model_validate({"name": name, "max_steps": total_steps, **(spec or {})})
     now = datetime.now(timezone.utc)
     started = now - timedelta(minutes=minutes)
     done = status in ("succeeded", "failed", "cancelled")
     step = step if step is not None else {"succeeded": total_steps, "queued": 0}.get(status, total_steps // 2)
     job = Job(
-        name=name, spec=spec_model.model_dump(mode="json"), status=JobStatus(status), attempt=1,
-        created_at=started - timedelta(seconds=3), started_at=started if status != "queued" else None,
-        finished_at=now if done else None, worker_host="gpu-host-1" if status != "queued" else None,
-        step=step if status != "queued" else 0, total_steps=total_steps, epoch=step // 50,
-        samples=step * spec_model.global_batch_size, samples_per_s=1843.2 if status != "queued" else None,
+        name=name,
+        spec=spec_model.model_dump(mode="json"),
+        status=JobStatus(status),
+        attempt=1,
+        created_at=started - timedelta(seconds=3),
+        started_at=started if status != "queued" else None,
+        finished_at=now if done else None,
+        worker_host="gpu-host-1" if status != "queued" else None,
+        step=step if status != "queued" else 0,
+        total_steps=total_steps,
+        epoch=step // 50,
+        samples=step * spec_model.global_batch_size,
+        samples_per_s=1843.2 if status != "queued" else None,
         eta_s=(total_steps - step) / 5.0 if status == "running" else None,
         latest_loss=0.2 + 2.0 / (1 + step / 100) if status != "queued" else None,
-        error=error, failed_rank=failed_rank, exit_code=exit_code,
+        error=error,
+        failed_rank=failed_rank,
+        exit_code=exit_code,
     )
     db.add(job)
     db.flush()
     job.run_dir = str(runs_dir / str(job.id))
     for i, s in enumerate(PATH_TO_TERMINAL[status]):
         at = job.created_at + timedelta(seconds=i * 2) if i < 3 else now
-        detail = {"starting": "claimed by gpu-host-1", "running": f"torchrun pid 4242, {spec_model.world_size} rank(s)",
-                  "failed": error, "cancelling": "cancel requested"}.get(s)
-        db.add(JobTransition(job_id=job.id, status=JobStatus(s), at=at, attempt=1 if s != "queued" else 0, detail=detail))
+        detail = {
+            "starting": "claimed by gpu-host-1",
+            "running": f"torchrun pid 4242, {spec_model.world_size} rank(s)",
+            "failed": error,
+            "cancelling": "cancel requested",
+        }.get(s)
+        db.add(
+            JobTransition(job_id=job.id, status=JobStatus(s), at=at, attempt=1 if s != "queued" else 0, detail=detail)
+        )
     db.commit()
     db.refresh(job)
     return job
 
 
-def bulk_points(db: Session, job_id: int, name: str, n: int, *, every: int = 1, first_seq: int = 0,
-                kind: str = "loss") -> None:
+def bulk_points(
+    db: Session, job_id: int, name: str, n: int, *, every: int = 1, first_seq: int = 0, kind: str = "loss"
+) -> None:
     """n points of one series in one INSERT … SELECT (SQLite: a recursive CTE; PostgreSQL: generate_series)."""
     value = {
         # A decaying loss with a deterministic wiggle; only + - * / and % so plain SQLite can compute it.
@@ -90,8 +118,14 @@ def seed_checkpoint(db: Session, job: Job, step: int, payload: bytes = b"") -> C
     path = Path("checkpoints") / f"step_{step:08d}.pt"
     (run / path).parent.mkdir(parents=True, exist_ok=True)
     (run / path).write_bytes(payload)
-    row = Checkpoint(job_id=job.id, step=step, epoch=step // 50, path=str(path), bytes=len(payload),
-                     sha256=hashlib.sha256(payload).hexdigest())
+    row = Checkpoint(
+        job_id=job.id,
+        step=step,
+        epoch=step // 50,
+        path=str(path),
+        bytes=len(payload),
+        sha256=hashlib.sha256(payload).hexdigest(),
+    )
     db.add(row)
     db.commit()
     db.refresh(row)
@@ -102,6 +136,9 @@ def seed_logs(job: Job, ranks: int = 2) -> None:
     for rank in range(ranks):
         d = Path(job.run_dir) / "logs" / "attempt_1" / "run_0" / "attempt_0" / str(rank)
         d.mkdir(parents=True, exist_ok=True)
-        lines = [f"[rank {rank}] step {s:5d}  loss {0.2 + 2 / (1 + s / 100):.4f}  lr {0.05 * math.cos(s / 2000):.5f}" for s in range(0, 1000, 10)]
+        lines = [
+            f"[rank {rank}] step {s:5d}  loss {0.2 + 2 / (1 + s / 100):.4f}  lr {0.05 * math.cos(s / 2000):.5f}"
+            for s in range(0, 1000, 10)
+        ]
         (d / "stderr.log").write_text("\n".join(lines) + "\n")
         (d / "stdout.log").write_text(f"rank {rank} ready\n")

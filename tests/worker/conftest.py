@@ -1,3 +1,3 @@
 """Fixtures for the worker tests (defined in wk_fixtures.py, shared with tests/cli)."""
 
-from wk_fixtures import service, workers  # noqa: F401
+from wk_fixtures import service, workers

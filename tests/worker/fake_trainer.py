@@ -20,7 +20,7 @@ from pathlib import Path
 stop = False
 
 
-def on_term(signum, frame):  # noqa: ANN001, ANN201, ARG001
+def on_term(signum, frame):
     global stop
     stop = True
 
@@ -37,7 +37,9 @@ def main() -> int:
     args = spec["model"]["args"]
     if args.get("pid_dir"):
         Path(args["pid_dir"]).mkdir(parents=True, exist_ok=True)
-        (Path(args["pid_dir"]) / f"{os.getpid()}").write_text(f"{rank} {os.environ.get('CUDA_VISIBLE_DEVICES', '-')} {time.time()}")
+        (Path(args["pid_dir"]) / f"{os.getpid()}").write_text(
+            f"{rank} {os.environ.get('CUDA_VISIBLE_DEVICES', '-')} {time.time()}"
+        )
     signal.signal(signal.SIGTERM, on_term)
     events = run / "events.jsonl"
     seq = 0
@@ -86,7 +88,15 @@ def main() -> int:
                 raise RuntimeError(f"boom at step {step}")
             time.sleep(step_s)
             emit("metric", step=step, name="train/loss", value=2.0 / step)
-            emit("progress", step=step, total_steps=total, epoch=0, samples=step * 8, samples_per_s=100.0, eta_s=(total - step) * step_s)
+            emit(
+                "progress",
+                step=step,
+                total_steps=total,
+                epoch=0,
+                samples=step * 8,
+                samples_per_s=100.0,
+                eta_s=(total - step) * step_s,
+            )
             if every and step % every == 0:
                 checkpoint(step)
         checkpoint(total)
@@ -96,10 +106,23 @@ def main() -> int:
         err = os.environ.get("TORCHELASTIC_ERROR_FILE")
         if err:
             Path(err).parent.mkdir(parents=True, exist_ok=True)
-            Path(err).write_text(json.dumps({"message": {"message": f"{type(exc).__name__}: {exc}",
-                                 "extraInfo": {"py_callstack": traceback.format_exc(), "timestamp": str(int(time.time()))}}}))
+            Path(err).write_text(
+                json.dumps(
+                    {
+                        "message": {
+                            "message": f"{type(exc).__name__}: {exc}",
+                            "extraInfo": {"py_callstack": traceback.format_exc(), "timestamp": str(int(time.time()))},
+                        }
+                    }
+                )
+            )
         traceback.print_exc()
-        emit("failed", error=f"{type(exc).__name__}: {exc}", rank=rank, traceback=traceback.format_exc().splitlines()[-5:])
+        emit(
+            "failed",
+            error=f"{type(exc).__name__}: {exc}",
+            rank=rank,
+            traceback=traceback.format_exc().splitlines()[-5:],
+        )
         return 1
 
 

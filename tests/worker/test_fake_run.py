@@ -5,7 +5,7 @@ from __future__ import annotations
 from wk_helpers import fake_spec
 
 
-def test_fake_job_succeeds_and_is_ingested(service, workers):  # noqa: ANN001
+def test_fake_job_succeeds_and_is_ingested(service, workers):
     settings, client = service()
     workers.start(settings)
     job = client.submit(fake_spec(nproc=2))

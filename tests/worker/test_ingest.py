@@ -7,9 +7,9 @@ import json
 from sqlalchemy import func, select
 from sqlmodel import Session
 
-from api.db import get_engine
-from api.migrate import upgrade
-from api.tables import Checkpoint, Job, JobStatus, MetricPoint
+from core.db import get_engine
+from core.migrate import upgrade
+from core.tables import Checkpoint, Job, JobStatus, MetricPoint
 
 
 def _job(url: str) -> int:
@@ -25,12 +25,24 @@ def _events(start: int, steps: range) -> list[dict]:
     out, seq = [], start
     for step in steps:
         out.append({"seq": seq, "time": 1.0, "type": "metric", "step": step, "name": "train/loss", "value": 1.0 / step})
-        out.append({"seq": seq + 1, "time": 1.0, "type": "progress", "step": step, "total_steps": 100, "epoch": 0, "samples": step, "samples_per_s": 5.0, "eta_s": 1.0})
+        out.append(
+            {
+                "seq": seq + 1,
+                "time": 1.0,
+                "type": "progress",
+                "step": step,
+                "total_steps": 100,
+                "epoch": 0,
+                "samples": step,
+                "samples_per_s": 5.0,
+                "eta_s": 1.0,
+            }
+        )
         seq += 2
     return out
 
 
-def test_ingest_is_idempotent_and_skips_replays(database_url, tmp_path):  # noqa: ANN001
+def test_ingest_is_idempotent_and_skips_replays(database_url, tmp_path):
     from worker.ingest import Ingestor
 
     job_id = _job(database_url)
@@ -44,13 +56,17 @@ def test_ingest_is_idempotent_and_skips_replays(database_url, tmp_path):  # noqa
     # A resumed attempt replays steps 901..1000 with new seqs, then carries on to 1100.
     Ingestor(engine, job_id).ingest(_events(5000, range(901, 1101)))
     with Session(engine) as s:
-        steps = s.execute(select(MetricPoint.step).where(MetricPoint.job_id == job_id).order_by(MetricPoint.step)).scalars().all()
+        steps = (
+            s.execute(select(MetricPoint.step).where(MetricPoint.job_id == job_id).order_by(MetricPoint.step))
+            .scalars()
+            .all()
+        )
         job = s.get(Job, job_id)
     assert steps == list(range(1, 1101))
     assert job.step == 1100 and job.total_steps == 100 and abs(job.latest_loss - 1 / 1100) < 1e-12
 
 
-def test_partial_line_waits_and_checkpoints_recorded(database_url, tmp_path):  # noqa: ANN001
+def test_partial_line_waits_and_checkpoints_recorded(database_url, tmp_path):
     from worker.ingest import EventTail, Ingestor
 
     job_id = _job(database_url)
@@ -58,7 +74,16 @@ def test_partial_line_waits_and_checkpoints_recorded(database_url, tmp_path):  #
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "step_00000005.pt").write_bytes(b"x")
     path = tmp_path / "events.jsonl"
-    ck = {"seq": 0, "time": 1.0, "type": "checkpoint", "step": 5, "epoch": 0, "path": "checkpoints/step_00000005.pt", "bytes": 1, "sha256": "ab"}
+    ck = {
+        "seq": 0,
+        "time": 1.0,
+        "type": "checkpoint",
+        "step": 5,
+        "epoch": 0,
+        "path": "checkpoints/step_00000005.pt",
+        "bytes": 1,
+        "sha256": "ab",
+    }
     line = json.dumps(ck) + "\n"
     path.write_text(line[:10])
     tail = EventTail(path)

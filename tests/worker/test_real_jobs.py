@@ -15,7 +15,7 @@ from wk_helpers import TERMINAL, alive, run_pids
 REDIS = "redis://127.0.0.1:6379/{db}"
 
 
-def _spec(name: str, **kw):  # noqa: ANN003, ANN202
+def _spec(name: str, **kw):
     spec = {"name": name, "model": {"name": "mlp"}, "data": {"name": "digits"}, "batch_size": 16, "max_steps": 24,
             "device": "cpu", "log_every": 3, "optimizer": {"name": "sgd", "lr": 0.1},
             "checkpoint": {"every_steps": 12, "every_epochs": None}}  # fmt: skip
@@ -23,8 +23,10 @@ def _spec(name: str, **kw):  # noqa: ANN003, ANN202
     return spec
 
 
-@pytest.fixture(params=["sqlite-embedded", pytest.param("postgres-redis", marks=[pytest.mark.postgres, pytest.mark.redis])])
-def backend(request, monkeypatch, tmp_path):  # noqa: ANN001, ANN201
+@pytest.fixture(
+    params=["sqlite-embedded", pytest.param("postgres-redis", marks=[pytest.mark.postgres, pytest.mark.redis])]
+)
+def backend(request, monkeypatch, tmp_path):
     if request.param == "sqlite-embedded":
         yield {}
         return
@@ -34,7 +36,7 @@ def backend(request, monkeypatch, tmp_path):  # noqa: ANN001, ANN201
     url = REDIS.format(db=db)
     try:
         redis.Redis.from_url(url).ping()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         pytest.fail(f"Redis on 127.0.0.1:6379 is not reachable (the suite needs it): {exc}")
     queue = f"rankzero-test-{secrets.token_hex(4)}"
     monkeypatch.setenv("RANKZERO_QUEUE", queue)  # our own queue: other runs on this Redis never see our jobs
@@ -45,7 +47,7 @@ def backend(request, monkeypatch, tmp_path):  # noqa: ANN001, ANN201
         client.delete(*keys)
 
 
-def _check_succeeded(client, job_id: int) -> None:  # noqa: ANN001
+def _check_succeeded(client, job_id: int) -> None:
     job = client.job(job_id)
     assert job["status"] == "succeeded", job
     assert job["step"] == 24 and job["latest_loss"] is not None
@@ -59,10 +61,12 @@ def _check_succeeded(client, job_id: int) -> None:  # noqa: ANN001
     assert hashlib.sha256(body).hexdigest() == latest["sha256"] and len(body) == latest["bytes"]
 
 
-def test_ddp_and_accumulation_jobs_succeed(service, workers, backend):  # noqa: ANN001
+def test_ddp_and_accumulation_jobs_succeed(service, workers, backend):
     queue = backend.pop("_queue", None)
     settings, client = service(**backend)
-    workers.start(settings, fake=False, pool="threads", concurrency=2, extra_env={"RANKZERO_QUEUE": queue} if queue else None)
+    workers.start(
+        settings, fake=False, pool="threads", concurrency=2, extra_env={"RANKZERO_QUEUE": queue} if queue else None
+    )
     ddp = client.submit(_spec("ddp", nproc=2))
     acc = client.submit(_spec("acc", accumulation_steps=2))
     assert ddp["strategy"] == "DDP 2" and acc["strategy"] == "acc 2"
@@ -72,7 +76,7 @@ def test_ddp_and_accumulation_jobs_succeed(service, workers, backend):  # noqa: 
     _check_succeeded(client, acc["id"])
 
 
-def test_cancel_real_job(service, workers):  # noqa: ANN001
+def test_cancel_real_job(service, workers):
 
     settings, client = service(cancel_grace_s=5.0)
     workers.start(settings, fake=False)

@@ -6,12 +6,12 @@ from datetime import datetime, timedelta, timezone
 
 from sqlmodel import Session
 
-from api.db import get_engine
-from api.migrate import upgrade
-from api.tables import Job, JobStatus
+from core.db import get_engine
+from core.migrate import upgrade
+from core.tables import Job, JobStatus
 
 
-def _add(url: str, status: JobStatus, beat_age_s: float, **spec_over) -> int:  # noqa: ANN003
+def _add(url: str, status: JobStatus, beat_age_s: float, **spec_over) -> int:
     spec = {"name": "r", "max_steps": 5, **spec_over}
     with Session(get_engine(url)) as s:
         job = Job(name="r", spec=spec, status=status, attempt=1 if status != JobStatus.queued else 0,
@@ -21,11 +21,11 @@ def _add(url: str, status: JobStatus, beat_age_s: float, **spec_over) -> int:  #
         return job.id
 
 
-def test_recovery_sweep(api_settings, database_url, monkeypatch):  # noqa: ANN001
+def test_recovery_sweep(api_settings, database_url, monkeypatch):
     from worker import recover
 
     sent: list[int] = []
-    monkeypatch.setattr(recover.dispatch, "enqueue", lambda job_id, settings: sent.append(job_id))
+    monkeypatch.setattr(recover.queue, "enqueue", lambda job_id, settings: sent.append(job_id))
     settings = api_settings(database_url=database_url, heartbeat_s=1.0)
     upgrade(database_url)
     dead_no_restarts = _add(database_url, JobStatus.running, 600)
@@ -37,7 +37,7 @@ def test_recovery_sweep(api_settings, database_url, monkeypatch):  # noqa: ANN00
     assert set(touched) == {dead_no_restarts, dead_restartable, dead_cancelling, held_queued}
     assert sorted(sent) == sorted([dead_restartable, held_queued])
     with Session(get_engine(database_url)) as s:
-        get = lambda i: s.get(Job, i)  # noqa: E731
+        get = lambda i: s.get(Job, i)
         assert get(dead_no_restarts).status == JobStatus.failed and "max_restarts" in get(dead_no_restarts).error
         assert get(dead_restartable).status == JobStatus.queued
         assert get(dead_cancelling).status == JobStatus.cancelled

@@ -18,7 +18,7 @@ def _alive(pid: int) -> bool:
     return alive(pid)
 
 
-def test_cancel_running_job_leaves_no_process(service, workers, tmp_path):  # noqa: ANN001
+def test_cancel_running_job_leaves_no_process(service, workers, tmp_path):
     settings, client = service(cancel_grace_s=3.0)
     workers.start(settings)
     pid_dir = tmp_path / "pids"
@@ -40,7 +40,7 @@ def test_cancel_running_job_leaves_no_process(service, workers, tmp_path):  # no
     assert events[-1]["type"] == "stopped"
 
 
-def test_cancelled_queued_job_never_starts(service, workers):  # noqa: ANN001
+def test_cancelled_queued_job_never_starts(service, workers):
     settings, client = service()
     job = client.submit(fake_spec())
     assert client.http.post(f"/jobs/{job['id']}/cancel").status_code == 202
@@ -52,8 +52,8 @@ def test_cancelled_queued_job_never_starts(service, workers):  # noqa: ANN001
     assert not (Path(settings.resolved_runs_dir) / f"job_{job['id']}").exists()
 
 
-def test_same_message_twice_runs_once(service, workers):  # noqa: ANN001
-    from worker.dispatch import enqueue
+def test_same_message_twice_runs_once(service, workers):
+    from core.queue import enqueue
 
     settings, client = service()
     workers.start(settings, pool="prefork", concurrency=2)
@@ -70,7 +70,7 @@ def test_same_message_twice_runs_once(service, workers):  # noqa: ANN001
     assert "nothing to do" in workers.log(0)
 
 
-def test_failed_rank_is_named_with_traceback(service, workers):  # noqa: ANN001
+def test_failed_rank_is_named_with_traceback(service, workers):
     settings, client = service()
     workers.start(settings)
     job = client.submit(fake_spec(nproc=2, args={"fail_rank": 1, "fail_at_step": 3}))
@@ -81,7 +81,7 @@ def test_failed_rank_is_named_with_traceback(service, workers):  # noqa: ANN001
     assert "boom at step 3" in done["error"] and "Traceback" in done["error"]
 
 
-def test_restart_from_checkpoint_within_max_restarts(service, workers):  # noqa: ANN001
+def test_restart_from_checkpoint_within_max_restarts(service, workers):
     settings, client = service()
     workers.start(settings)
     # Fails at step 12 on attempt 1 (checkpoint at 10); attempt 2 resumes at 10 and also fails
@@ -89,15 +89,22 @@ def test_restart_from_checkpoint_within_max_restarts(service, workers):  # noqa:
     job = client.submit(fake_spec(max_restarts=1, args={"fail_rank": 0, "fail_at_step": 12}))
     done = client.wait_terminal(job["id"], 90)
     assert done["status"] == "failed" and done["attempt"] == 2
-    steps = [p["step"] for p in client.http.get(f"/jobs/{job['id']}/metrics", params={"name": "train/loss"}).json()["series"][0]["points"]]
+    steps = [
+        p["step"]
+        for p in client.http.get(f"/jobs/{job['id']}/metrics", params={"name": "train/loss"}).json()["series"][0][
+            "points"
+        ]
+    ]
     assert steps == list(range(1, 12))
 
 
-def test_gpu_jobs_share_fake_gpus_in_order(service, workers, tmp_path):  # noqa: ANN001
+def test_gpu_jobs_share_fake_gpus_in_order(service, workers, tmp_path):
     settings, client = service(gpus="0,1,2")
     workers.start(settings, pool="prefork", concurrency=3)
     pids = {n: tmp_path / f"pids_{n}" for n in "abc"}
-    a = client.submit(fake_spec("a", nproc=2, device="cuda", max_steps=25, args={"step_s": 0.05, "pid_dir": str(pids["a"])}))
+    a = client.submit(
+        fake_spec("a", nproc=2, device="cuda", max_steps=25, args={"step_s": 0.05, "pid_dir": str(pids["a"])})
+    )
     b = client.submit(fake_spec("b", nproc=2, device="cuda", max_steps=5, args={"pid_dir": str(pids["b"])}))
     c = client.submit(fake_spec("c", nproc=1, device="cuda", max_steps=5, args={"pid_dir": str(pids["c"])}))
     r = client.http.post("/jobs", json=fake_spec("too-big", nproc=4, device="cuda"))
@@ -115,7 +122,7 @@ def test_gpu_jobs_share_fake_gpus_in_order(service, workers, tmp_path):  # noqa:
     assert a_["finished_at"] <= b_["started_at"] or b_["finished_at"] <= a_["started_at"], (a_, b_)
 
 
-def test_gpu_waiters_are_served_in_job_order(api_settings):  # noqa: ANN001
+def test_gpu_waiters_are_served_in_job_order(api_settings):
     import threading
 
     from worker import gpus
@@ -147,12 +154,12 @@ def test_gpu_waiters_are_served_in_job_order(api_settings):  # noqa: ANN001
 
 
 def test_worker_does_not_import_torch():
-    code = "import sys, worker.tasks, worker.supervise, worker.lifecycle, worker.recover, worker.dispatch, cli.main; " \
+    code = "import sys, worker.tasks, worker.supervise, worker.lifecycle, worker.recover, core.queue, cli.main; " \
            "assert 'torch' not in sys.modules, 'torch imported'"  # fmt: skip
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
 
 
-def test_graceful_worker_stop_requeues_and_resumes(service, workers):  # noqa: ANN001
+def test_graceful_worker_stop_requeues_and_resumes(service, workers):
     import signal
 
     settings, client = service()
@@ -166,11 +173,16 @@ def test_graceful_worker_stop_requeues_and_resumes(service, workers):  # noqa: A
     workers.start(settings, pool="threads")
     done = client.wait_terminal(job["id"], 90)
     assert done["status"] == "succeeded" and done["attempt"] == 2
-    steps = [p["step"] for p in client.http.get(f"/jobs/{job['id']}/metrics", params={"name": "train/loss"}).json()["series"][0]["points"]]
+    steps = [
+        p["step"]
+        for p in client.http.get(f"/jobs/{job['id']}/metrics", params={"name": "train/loss"}).json()["series"][0][
+            "points"
+        ]
+    ]
     assert steps == list(range(1, 41))
 
 
-def test_killed_worker_host_job_resumes_on_another(service, workers, tmp_path):  # noqa: ANN001
+def test_killed_worker_host_job_resumes_on_another(service, workers, tmp_path):
     import signal
 
     settings, client = service()
@@ -187,22 +199,29 @@ def test_killed_worker_host_job_resumes_on_another(service, workers, tmp_path): 
     workers.start(settings, extra_env={"RANKZERO_STALE_AFTER_S": "3"})
     done = client.wait_terminal(job["id"], 90)
     assert done["status"] == "succeeded" and done["attempt"] == 2, done
-    steps = [p["step"] for p in client.http.get(f"/jobs/{job['id']}/metrics", params={"name": "train/loss"}).json()["series"][0]["points"]]
+    steps = [
+        p["step"]
+        for p in client.http.get(f"/jobs/{job['id']}/metrics", params={"name": "train/loss"}).json()["series"][0][
+            "points"
+        ]
+    ]
     assert steps == list(range(1, 41))
 
 
-def test_stalled_rank_is_failed_by_watchdog(service, workers, tmp_path):  # noqa: ANN001
+def test_stalled_rank_is_failed_by_watchdog(service, workers, tmp_path):
     settings, client = service()
     workers.start(settings)
     pid_dir = tmp_path / "pids"
-    job = client.submit(fake_spec(nproc=2, stall_timeout_s=10, args={"hang_rank": 0, "hang_at_step": 3, "pid_dir": str(pid_dir)}))
+    job = client.submit(
+        fake_spec(nproc=2, stall_timeout_s=10, args={"hang_rank": 0, "hang_at_step": 3, "pid_dir": str(pid_dir)})
+    )
     done = client.wait_terminal(job["id"], 60)
     assert done["status"] == "failed" and "stall_timeout_s" in done["error"]
     assert not [p for p in (int(x.name) for x in pid_dir.iterdir()) if _alive(p)]
 
 
 @pytest.mark.redis
-def test_job_outliving_redis_visibility_timeout_launches_once(service, workers, monkeypatch):  # noqa: ANN001
+def test_job_outliving_redis_visibility_timeout_launches_once(service, workers, monkeypatch):
     import secrets
 
     import redis
@@ -210,22 +229,34 @@ def test_job_outliving_redis_visibility_timeout_launches_once(service, workers, 
     url = f"redis://127.0.0.1:6379/{8 + secrets.randbelow(8)}"
     try:
         redis.Redis.from_url(url).ping()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         pytest.fail(f"Redis on 127.0.0.1:6379 is not reachable (the suite needs it): {exc}")
     queue = f"rankzero-test-{secrets.token_hex(4)}"
     monkeypatch.setenv("RANKZERO_QUEUE", queue)
     monkeypatch.setenv("RANKZERO_VISIBILITY_TIMEOUT_S", "2")
     try:
         settings, client = service(broker_url=url)
-        workers.start(settings, pool="threads", concurrency=2, extra_env={"RANKZERO_QUEUE": queue, "RANKZERO_VISIBILITY_TIMEOUT_S": "2"})
+        workers.start(
+            settings,
+            pool="threads",
+            concurrency=2,
+            extra_env={"RANKZERO_QUEUE": queue, "RANKZERO_VISIBILITY_TIMEOUT_S": "2"},
+        )
         job = client.submit(fake_spec(max_steps=100, args={"step_s": 0.12}))  # ~12 s: several visibility timeouts
         client.wait(job["id"], lambda j: j["step"] >= 30, 60, "step 30")
         # A second worker: on start it restores messages unacked past the visibility timeout.
-        workers.start(settings, pool="threads", concurrency=2, extra_env={"RANKZERO_QUEUE": queue, "RANKZERO_VISIBILITY_TIMEOUT_S": "2"})
+        workers.start(
+            settings,
+            pool="threads",
+            concurrency=2,
+            extra_env={"RANKZERO_QUEUE": queue, "RANKZERO_VISIBILITY_TIMEOUT_S": "2"},
+        )
         done = client.wait_terminal(job["id"], 90)
         assert done["status"] == "succeeded" and done["attempt"] == 1
         run = Path(settings.resolved_runs_dir) / f"job_{job['id']}"
-        started = [e for e in map(json.loads, (run / "events.jsonl").read_text().splitlines()) if e["type"] == "started"]
+        started = [
+            e for e in map(json.loads, (run / "events.jsonl").read_text().splitlines()) if e["type"] == "started"
+        ]
         assert len(started) == 1
         logs = workers.log(0) + workers.log(1)
         assert logs.count("torchrun pid") == 1
@@ -237,7 +268,7 @@ def test_job_outliving_redis_visibility_timeout_launches_once(service, workers, 
             r.delete(*keys)
 
 
-def test_sigkilled_rank_fails_job_naming_rank_and_exit_code(service, workers, tmp_path):  # noqa: ANN001
+def test_sigkilled_rank_fails_job_naming_rank_and_exit_code(service, workers, tmp_path):
     import signal
 
     settings, client = service()

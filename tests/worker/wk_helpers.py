@@ -51,7 +51,7 @@ class Workers:
         if fake:
             env["RANKZERO_TRAINER_MODULE"] = "fake_trainer"
         n = len(self.procs)
-        log = open(self.tmp_path / f"worker{n}.log", "ab")  # noqa: SIM115
+        log = open(self.tmp_path / f"worker{n}.log", "ab")
         cmd = [CELERY, "-A", "worker.celery_app", "worker", f"--pool={pool}", "-c", str(concurrency), "-l", "info",
                "-n", name or f"w{n}-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"]  # fmt: skip
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -86,7 +86,9 @@ class Client:
         r.raise_for_status()
         return r.json()
 
-    def wait(self, job_id: int, until: Callable[[dict[str, Any]], bool], timeout: float, what: str = "") -> dict[str, Any]:
+    def wait(
+        self, job_id: int, until: Callable[[dict[str, Any]], bool], timeout: float, what: str = ""
+    ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         job = self.job(job_id)
         while not until(job):
@@ -106,7 +108,6 @@ def fake_spec(name: str = "fake", **kw: Any) -> dict[str, Any]:
             "batch_size": 8, "max_steps": 20, "device": "cpu", "checkpoint": {"every_steps": 5, "every_epochs": None}}  # fmt: skip
     spec.update(kw)
     return spec
-
 
 
 def _env_of(pid: str) -> list[bytes]:

@@ -102,7 +102,10 @@ def _torchvision_split(cls_name: str, mean: tuple[float, ...], std: tuple[float,
         download = bool(args.get("download", False))
         tf = _vision_transform(mean, std)
         try:
-            return (cls(root, train=True, download=download, transform=tf), cls(root, train=False, download=download, transform=tf))
+            return (
+                cls(root, train=True, download=download, transform=tf),
+                cls(root, train=False, download=download, transform=tf),
+            )
         except RuntimeError as exc:
             if "not found" in str(exc).lower() or "corrupted" in str(exc).lower():
                 raise FileNotFoundError(
@@ -167,7 +170,9 @@ def build_datasets(spec: DataSpec, seed: int) -> tuple[Dataset, Dataset | None]:
         made = BUILDERS[spec.name](spec.args, seed)
     if isinstance(made, tuple):
         if len(made) != 2:
-            raise ValueError(f"data factory {spec.name!r} returned a {len(made)}-tuple; return a Dataset or (train, val)")
+            raise ValueError(
+                f"data factory {spec.name!r} returned a {len(made)}-tuple; return a Dataset or (train, val)"
+            )
         return made[0], made[1]
     if not isinstance(made, Dataset):
         raise TypeError(f"data {spec.name!r} returned {type(made).__name__}; return a torch Dataset or (train, val)")

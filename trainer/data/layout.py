@@ -80,7 +80,9 @@ class BatchLayout:
     def indices(self, step: int, micro_step: int, rank: int) -> list[int]:
         """The `batch_size` sample indices rank `rank` uses at micro-step `micro_step` of step `step`."""
         if not (0 <= micro_step < self.accumulation_steps and 0 <= rank < self.world_size):
-            raise IndexError(f"micro_step {micro_step} / rank {rank} outside A={self.accumulation_steps}, W={self.world_size}")
+            raise IndexError(
+                f"micro_step {micro_step} / rank {rank} outside A={self.accumulation_steps}, W={self.world_size}"
+            )
         return self.global_batch_indices(step)[self.slot(micro_step, rank) :: self.slots]
 
     def rank_batches(self, rank: int, start_step: int, end_step: int) -> Iterator[list[int]]:

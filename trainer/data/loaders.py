@@ -47,7 +47,13 @@ class InMemoryLoader:
 
 
 def train_loader(
-    dataset: Dataset, layout: BatchLayout, rank: int, start_step: int, end_step: int, num_workers: int, device: torch.device
+    dataset: Dataset,
+    layout: BatchLayout,
+    rank: int,
+    start_step: int,
+    end_step: int,
+    num_workers: int,
+    device: torch.device,
 ) -> Iterable[Any]:
     """Yields rank `rank`'s micro-batches for steps [start_step, end_step), `accumulation_steps` per step."""
     sampler = RankBatchSampler(layout, rank, start_step, end_step)
@@ -56,7 +62,9 @@ def train_loader(
     return DataLoader(dataset, batch_sampler=sampler, **_loader_options(dataset, num_workers, device))
 
 
-def val_loader(dataset: Dataset, rank: int, world_size: int, batch_size: int, num_workers: int, device: torch.device) -> DataLoader:
+def val_loader(
+    dataset: Dataset, rank: int, world_size: int, batch_size: int, num_workers: int, device: torch.device
+) -> DataLoader:
     """Rank `rank` evaluates samples rank, rank+W, ... (no padding: sums and counts are reduced, so
     uneven shards still give the exact mean over the whole validation set)."""
     if is_prebatched(dataset):
@@ -85,4 +93,6 @@ def batch_length(batch: Any) -> int:
         return batch_length(batch[0])
     if isinstance(batch, dict) and batch:
         return batch_length(next(iter(batch.values())))
-    raise TypeError(f"cannot tell the batch size of a {type(batch).__name__}; yield tensors, tuples or dicts of tensors")
+    raise TypeError(
+        f"cannot tell the batch size of a {type(batch).__name__}; yield tensors, tuples or dicts of tensors"
+    )

@@ -94,7 +94,10 @@ class MetricPoint(SQLModel, table=True):
     )
 
     # BIGINT on PostgreSQL, INTEGER (the rowid alias, so it autoincrements) on SQLite.
-    id: int | None = Field(default=None, sa_column=Column(BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True))
+    id: int | None = Field(
+        default=None,
+        sa_column=Column(BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True),
+    )
     job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
     seq: int = Field(sa_column=Column(BigInteger, nullable=False))
     step: int = Field(sa_column=Column(BigInteger, nullable=False))
@@ -122,7 +125,7 @@ class MetricRollup(SQLModel, table=True):
 
     Lets GET /jobs/{id}/metrics downsample a million-point series by reading a few thousand
     summary rows instead of scanning every point. Maintained incrementally by
-    `api.metric_rollup.refresh` from the points past `MetricRollupMark.seq`.
+    `core.metric_rollup.refresh` from the points past `MetricRollupMark.seq`.
     Bucket k of width w covers steps [k*w, (k+1)*w).
     """
 

@@ -17,14 +17,14 @@ from alembic.config import Config
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, make_url
 
-from api.db import _normalise, get_engine
+from core.db import _normalise, get_engine
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 _PG_LOCK_KEY = 0x72616E6B  # "rank": any constant shared by every rankzero process
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
-    """An Alembic Config pointing at api/migrations, optionally bound to a live connection."""
+    """An Alembic Config pointing at core/migrations, optionally bound to a live connection."""
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     if connection is not None:

@@ -9,13 +9,33 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import subprocess
 import time
 from pathlib import Path
 
-from api.settings import Settings
+from core.settings import Settings
 from trainer.spec import JobSpec
-from worker.gpus import host_gpus
+
+
+def detect_gpus() -> list[str]:
+    """GPU indices `nvidia-smi -L` lists; none when it is absent or fails."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(line for line in out.splitlines() if line.startswith("GPU "))]
+
+
+def host_gpus(settings: Settings) -> list[str]:
+    """RANKZERO_GPUS ('0,1'; '' for none), else every GPU nvidia-smi sees."""
+    if settings.gpus is not None:
+        return [g.strip() for g in settings.gpus.split(",") if g.strip()]
+    return detect_gpus()
 
 
 def _hosts_dir(settings: Settings) -> Path:

@@ -1,8 +1,8 @@
-"""Alembic environment: the target is SQLModel.metadata as api.tables defines it.
+"""Alembic environment: the target is SQLModel.metadata as core.tables defines it.
 
-`api.migrate` runs this with a live connection in `config.attributes["connection"]`, so it works
+`core.migrate` runs this with a live connection in `config.attributes["connection"]`, so it works
 from the installed package whatever the current directory. The `alembic` command line (with
-api/alembic.ini) works too: it reads the URL from RANKZERO_DATABASE_URL / Settings.
+core/alembic.ini) works too: it reads the URL from RANKZERO_DATABASE_URL / Settings.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from __future__ import annotations
 from alembic import context
 from sqlmodel import SQLModel
 
-import api.tables  # noqa: F401  (registers the tables on SQLModel.metadata)
+import core.tables  # noqa: F401  (registers the tables on SQLModel.metadata)
 
 target_metadata = SQLModel.metadata
 
 
-def _configure(connection) -> None:  # noqa: ANN001
+def _configure(connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
@@ -33,8 +33,8 @@ def run_migrations_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    from api.db import get_engine
-    from api.settings import get_settings
+    from core.db import get_engine
+    from core.settings import get_settings
 
     url = context.config.get_main_option("sqlalchemy.url") or get_settings().resolved_database_url
     with get_engine(url).connect() as conn:

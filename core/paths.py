@@ -11,6 +11,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from core.settings import Settings
+from core.tables import Job
+from trainer.run_dir import job_run_dir
+
 _PERCENT_ENCODED = re.compile(r"%[0-9A-Fa-f]{2}")
 
 
@@ -33,3 +37,12 @@ def inside_runs_dir(raw: str | Path, runs_dir: Path, *, base: Path | None = None
     if candidate != root and root not in candidate.parents:
         raise UnsafePath(f"path leaves the runs dir ({root}); give a file inside it")
     return candidate
+
+
+def run_dir_of(job: Job, settings: Settings) -> Path:
+    """Job `job`'s run dir (the row's, else the standard name), resolved and confined to the runs dir.
+
+    Raises UnsafePath when a row names a directory outside the runs dir.
+    """
+    raw = job.run_dir or str(job_run_dir(settings.resolved_runs_dir, job.id))
+    return inside_runs_dir(raw, settings.resolved_runs_dir)

@@ -17,21 +17,45 @@ class Settings(BaseSettings):
 
     data_dir: Path = Field(Path.home() / ".rankzero", description="Where the embedded defaults keep their files.")
     database_url: str | None = Field(None, description="SQLAlchemy URL; default: SQLite file in the data dir.")
-    broker_url: str | None = Field(None, description="Celery broker URL; default: an embedded SQLite transport in the data dir.")
+    broker_url: str | None = Field(
+        None, description="Celery broker URL; default: an embedded SQLite transport in the data dir."
+    )
     runs_dir: Path | None = Field(None, description="Run directories; default: <data_dir>/runs.")
-    api_token: SecretStr | None = Field(None, description="Bearer token; default: generated once and kept in the data dir.")
+    api_token: SecretStr | None = Field(
+        None, description="Bearer token; default: generated once and kept in the data dir."
+    )
     host: str = Field("127.0.0.1", description="API bind address.")
     port: int = Field(8000, ge=1, le=65535, description="API port.")
-    gpus: str | None = Field(None, description="GPU indices this worker may use, e.g. '0,1'; '' for none; default: all it sees.")
-    allowed_code: str = Field("", description="Comma-separated module prefixes user code in specs may come from; empty: none.")
+    gpus: str | None = Field(
+        None, description="GPU indices this worker may use, e.g. '0,1'; '' for none; default: all it sees."
+    )
+    allowed_code: str = Field(
+        "", description="Comma-separated module prefixes user code in specs may come from; empty: none."
+    )
     max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body the API accepts.")
     cancel_grace_s: float = Field(20.0, gt=0, description="SIGTERM→SIGKILL grace for a cancelled job's ranks.")
     heartbeat_s: float = Field(5.0, gt=0, description="How often a worker heartbeats a running job.")
-    stale_after_s: float | None = Field(None, gt=0, description="A live job whose heartbeat is older belongs to a dead worker; default max(30, 6 × heartbeat_s).")
-    poll_s: float = Field(0.25, gt=0, le=60, description="How often a supervisor reads events.jsonl and looks at the job row (cancel).")
-    queue: str = Field("rankzero", pattern=r"^[A-Za-z0-9._-]{1,100}$", description="Celery queue; separate pools (or test runs) sharing a broker use their own.")
-    visibility_timeout_s: float = Field(12 * 3600.0, gt=0, description="Redis redelivers an unacked message after this long; the job claim makes redelivery harmless.")
-    embedded_poll_s: float = Field(0.1, gt=0, le=60, description="How often a worker polls the embedded (SQLAlchemy) broker for messages.")
+    stale_after_s: float | None = Field(
+        None,
+        gt=0,
+        description="A live job whose heartbeat is older belongs to a dead worker; default max(30, 6 × heartbeat_s).",
+    )
+    poll_s: float = Field(
+        0.25, gt=0, le=60, description="How often a supervisor reads events.jsonl and looks at the job row (cancel)."
+    )
+    queue: str = Field(
+        "rankzero",
+        pattern=r"^[A-Za-z0-9._-]{1,100}$",
+        description="Celery queue; separate pools (or test runs) sharing a broker use their own.",
+    )
+    visibility_timeout_s: float = Field(
+        12 * 3600.0,
+        gt=0,
+        description="Redis redelivers an unacked message after this long; the job claim makes redelivery harmless.",
+    )
+    embedded_poll_s: float = Field(
+        0.1, gt=0, le=60, description="How often a worker polls the embedded (SQLAlchemy) broker for messages."
+    )
 
     @property
     def resolved_database_url(self) -> str:
@@ -59,7 +83,9 @@ class Settings(BaseSettings):
         for name in type(self).model_fields:
             value = getattr(self, name)
             if value is not None:
-                env[f"RANKZERO_{name.upper()}"] = value.get_secret_value() if isinstance(value, SecretStr) else str(value)
+                env[f"RANKZERO_{name.upper()}"] = (
+                    value.get_secret_value() if isinstance(value, SecretStr) else str(value)
+                )
         env.update({
             "RANKZERO_DATABASE_URL": self.resolved_database_url,
             "RANKZERO_BROKER_URL": self.resolved_broker_url,

@@ -147,7 +147,8 @@ def refresh(session: Session, job_id: int) -> int:
         return 0
     if mark is None:
         session.execute(
-            text("INSERT INTO metric_rollup_marks (job_id, seq) VALUES (:j, -1) ON CONFLICT (job_id) DO NOTHING"), {"j": job_id}
+            text("INSERT INTO metric_rollup_marks (job_id, seq) VALUES (:j, -1) ON CONFLICT (job_id) DO NOTHING"),
+            {"j": job_id},
         )
         session.commit()
         mark = session.execute(text("SELECT seq FROM metric_rollup_marks WHERE job_id = :j"), {"j": job_id}).scalar()
@@ -155,14 +156,17 @@ def refresh(session: Session, job_id: int) -> int:
     if newest <= mark:
         return 0
     moved = session.execute(
-        text("UPDATE metric_rollup_marks SET seq = :new WHERE job_id = :j AND seq = :old"), {"new": newest, "old": mark, "j": job_id}
+        text("UPDATE metric_rollup_marks SET seq = :new WHERE job_id = :j AND seq = :old"),
+        {"new": newest, "old": mark, "j": job_id},
     )
     if moved.rowcount != 1:
         session.rollback()
         return 0
     window = {"j": job_id, "old": mark, "new": newest}
     spans = session.execute(
-        text("SELECT name, count(*), min(step), max(step) FROM metric_points WHERE job_id = :j AND seq > :old AND seq <= :new GROUP BY name"),
+        text(
+            "SELECT name, count(*), min(step), max(step) FROM metric_points WHERE job_id = :j AND seq > :old AND seq <= :new GROUP BY name"
+        ),
         window,
     ).all()
     session.execute(_FINEST, {**window, "lowest": -sys.float_info.max, "highest": sys.float_info.max})
@@ -201,7 +205,9 @@ def _range_clause(start_step: int | None, end_step: int | None) -> str:
 
 def _raw(session: Session, params: dict, lo: int, hi: int) -> Iterable[tuple[int, float]]:
     rows = session.execute(
-        text("SELECT step, value FROM metric_points WHERE job_id = :j AND name = :n AND step >= :lo AND step <= :hi ORDER BY step, seq"),
+        text(
+            "SELECT step, value FROM metric_points WHERE job_id = :j AND name = :n AND step >= :lo AND step <= :hi ORDER BY step, seq"
+        ),
         {**params, "lo": lo, "hi": hi},
     )
     return ((s, v) for s, v in rows if _finite(v))
@@ -225,13 +231,28 @@ def _sql_buckets(session: Session, job_id: int, name: str, lo: int, hi: int, wid
     """Min/max summaries of the raw points in [lo, hi], per bucket of `width` steps, computed in SQL."""
     if hi < lo:
         return []
-    rows = session.execute(_BUCKETS_SQL, {"j": job_id, "n": name, "lo": lo, "hi": hi, "w": width,
-                                          "lowest": -sys.float_info.max, "highest": sys.float_info.max})
+    rows = session.execute(
+        _BUCKETS_SQL,
+        {
+            "j": job_id,
+            "n": name,
+            "lo": lo,
+            "hi": hi,
+            "w": width,
+            "lowest": -sys.float_info.max,
+            "highest": sys.float_info.max,
+        },
+    )
     return [(b, Summary(n, mn, mn_s, mx, mx_s)) for b, n, mn, mn_s, mx, mx_s in rows]
 
 
 def query(
-    session: Session, job_id: int, name: str, max_points: int, start_step: int | None = None, end_step: int | None = None
+    session: Session,
+    job_id: int,
+    name: str,
+    max_points: int,
+    start_step: int | None = None,
+    end_step: int | None = None,
 ) -> Series:
     """The series `name` of a job, at most `max_points` points; each bucket keeps its min and max."""
     base = {"j": job_id, "n": name, "start": start_step, "end": end_step}
@@ -246,7 +267,9 @@ def query(
     ).scalar()
     # Few enough points? Counting stops at max_points + 1, so this is cheap even for a huge series.
     few = session.execute(
-        text(f"SELECT count(*) FROM (SELECT 1 FROM metric_points WHERE job_id = :j AND name = :n{rng} LIMIT :cap) AS t"),
+        text(
+            f"SELECT count(*) FROM (SELECT 1 FROM metric_points WHERE job_id = :j AND name = :n{rng} LIMIT :cap) AS t"
+        ),
         {**base, "cap": max_points + 1},
     ).scalar()
     if few <= max_points:

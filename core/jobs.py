@@ -1,0 +1,183 @@
+"""The only writer of job rows: every way a job is created, moves between states or records progress.
+
+Each state change is a conditional UPDATE through `transition` (two actors cannot both win) plus a
+timeline row; the legal moves are `core.job_state.ALLOWED`. Progress columns (heartbeat, ingested
+events) are written here too, so a reader finds every UPDATE of `jobs` in this file.
+"""
+
+from __future__ import annotations
+
+import socket
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import update
+from sqlalchemy.engine import Connection, Engine
+from sqlmodel import Session
+
+from core.db import get_engine
+from core.job_state import ALLOWED, LIVE, IllegalTransition
+from core.settings import Settings
+from core.tables import Job, JobStatus, JobTransition, utcnow
+from trainer.run_dir import job_run_dir
+
+S = JobStatus
+# The heartbeat of a queued job whose message could not be sent (broker down): long stale, so the
+# recovery sweep (worker/recover.py) dispatches it again once the broker is back.
+UNDISPATCHED = datetime(2000, 1, 1, tzinfo=timezone.utc)
+
+
+# --- creating and moving ------------------------------------------------------------------------
+
+
+def create(session: Session, name: str, spec: dict[str, Any]) -> Job:
+    """Insert a queued job and its first timeline row; committed and refreshed."""
+    job = Job(name=name, spec=spec, status=S.queued)
+    session.add(job)
+    session.flush()
+    session.add(JobTransition(job_id=job.id, status=S.queued, at=job.created_at, attempt=0, detail="submitted"))
+    session.commit()
+    session.refresh(job)
+    return job
+
+
+def transition(
+    session: Session,
+    job_id: int,
+    to: JobStatus,
+    *,
+    expect: JobStatus | set[JobStatus] | frozenset[JobStatus] | None = None,
+    detail: str | None = None,
+    **fields: object,
+) -> bool:
+    """Move job `job_id` to `to` if it is in one of `expect` (default: any state allowed to reach `to`).
+
+    Returns False, changing nothing, when the job was not in an expected state (someone else won).
+    Extra `fields` are written in the same UPDATE. The caller commits.
+    """
+    if expect is None:
+        sources = {src for src, dsts in ALLOWED.items() if to in dsts}
+    else:
+        sources = {expect} if isinstance(expect, JobStatus) else set(expect)
+        bad = [s for s in sources if to not in ALLOWED[s]]
+        if bad:
+            raise IllegalTransition(f"{', '.join(s.value for s in bad)} → {to.value} is not a legal job transition")
+    now = utcnow()
+    values: dict[str, object] = {"status": to, **fields}
+    if to is S.running and "started_at" not in fields:
+        values["started_at"] = now
+    if to.is_terminal:
+        values["finished_at"] = now
+    result = session.execute(update(Job).where(Job.id == job_id, Job.status.in_(sources)).values(**values))  # type: ignore[attr-defined]
+    if result.rowcount != 1:
+        return False
+    row = session.get(Job, job_id)
+    session.add(JobTransition(job_id=job_id, status=to, at=now, attempt=row.attempt if row else 0, detail=detail))
+    return True
+
+
+def claim(engine: Engine, job_id: int, runs_dir: Path) -> Job | None:
+    """Move the job queued → starting (attempt + 1) for this host; None when another delivery won."""
+    host = socket.gethostname()
+    with Session(engine) as s:
+        won = transition(
+            s, job_id, S.starting, expect=S.queued, detail=f"claimed by {host}",
+            attempt=Job.attempt + 1, worker_host=host, heartbeat_at=utcnow(),
+            run_dir=str(job_run_dir(runs_dir, job_id)), pid=None, exit_code=None, failed_rank=None,
+        )  # fmt: skip
+        s.commit()
+        if not won:
+            return None
+        job = s.get(Job, job_id)
+        s.refresh(job)
+        s.expunge(job)
+        return job
+
+
+def mark_running(engine: Engine, job_id: int, pid: int, detail: str) -> bool:
+    with Session(engine) as s:
+        won = transition(s, job_id, S.running, expect=S.starting, detail=detail, pid=pid, heartbeat_at=utcnow())
+        s.commit()
+        return won
+
+
+def refuse(engine: Engine, job_id: int, message: str) -> bool:
+    """A queued job this worker can never run: failed, with `message` as its error."""
+    with Session(engine) as s:
+        won = transition(s, job_id, S.failed, expect=S.queued, detail=message, error=message)
+        s.commit()
+        return won
+
+
+def finish(engine: Engine, job_id: int, to: JobStatus, detail: str | None = None, **fields: object) -> bool:
+    """A live job's attempt ended: succeeded, failed or cancelled."""
+    with Session(engine) as s:
+        sources = {src for src in LIVE if to in ALLOWED[src]}
+        won = transition(s, job_id, to, expect=sources, detail=detail, pid=None, **fields)
+        s.commit()
+        return won
+
+
+def requeue(engine: Engine, job_id: int, detail: str, **fields: object) -> bool:
+    """running/starting → queued (heartbeat cleared) so some worker picks it up again."""
+    with Session(engine) as s:
+        won = transition(
+            s, job_id, S.queued, expect={S.starting, S.running}, detail=detail, pid=None, heartbeat_at=None, **fields
+        )
+        s.commit()
+        return won
+
+
+# --- heartbeats and progress --------------------------------------------------------------------
+
+
+def touch_queued(engine: Engine, job_id: int) -> bool:
+    """Mark a queued job as held by a waiting worker (recovery re-dispatches it if we die). False: no longer queued."""
+    with engine.begin() as conn:
+        result = conn.execute(update(Job).where(Job.id == job_id, Job.status == S.queued).values(heartbeat_at=utcnow()))  # type: ignore[arg-type]
+        return result.rowcount == 1
+
+
+def touch_live(engine: Engine, job_id: int) -> None:
+    """The heartbeat of a running job: proof for recovery that its worker is alive."""
+    with engine.begin() as conn:
+        conn.execute(update(Job).where(Job.id == job_id, Job.status.in_(LIVE)).values(heartbeat_at=utcnow()))  # type: ignore[attr-defined]
+
+
+def record_ingested(conn: Connection, job_id: int, seq: int, progress: dict[str, Any]) -> None:
+    """Events up to `seq` are in the database (same transaction as their points): note it, with progress."""
+    conn.execute(update(Job).where(Job.id == job_id).values(ingested_seq=seq, heartbeat_at=utcnow(), **progress))  # type: ignore[arg-type]
+
+
+def mark_undispatched(job_id: int, settings: Settings) -> None:
+    """Note on the row that job `job_id` (still queued) has no message: the recovery sweep resends it."""
+    with get_engine(settings.resolved_database_url).begin() as conn:
+        conn.execute(update(Job).where(Job.id == job_id, Job.status == S.queued).values(heartbeat_at=UNDISPATCHED))  # type: ignore[arg-type]
+
+
+def take_stale_queued(session: Session, job_id: int, seen_beat: datetime | None) -> bool:
+    """Take a stale queued job for re-dispatch: True for exactly one sweeper (heartbeat still `seen_beat`)."""
+    result = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status == S.queued, Job.heartbeat_at == seen_beat)
+        .values(heartbeat_at=None)  # type: ignore[arg-type]
+    )
+    return result.rowcount == 1
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+
+def get_job(engine: Engine, job_id: int) -> Job | None:
+    with Session(engine) as s:
+        job = s.get(Job, job_id)
+        if job is not None:
+            s.expunge(job)
+        return job
+
+
+def status_of(engine: Engine, job_id: int) -> JobStatus | None:
+    with Session(engine) as s:
+        job = s.get(Job, job_id)
+        return JobStatus(job.status) if job else None
