@@ -36,7 +36,8 @@ def _seed(database_url: str, n: int) -> int:
         conn.execute(
             text(
                 "INSERT INTO jobs (name, spec, status, attempt, created_at, step, epoch, samples, ingested_seq) "
-                "VALUES ('bench-metrics', '{\"name\": \"bench-metrics\", \"max_steps\": 1}', 'running', 1, CURRENT_TIMESTAMP, 0, 0, 0, -1)"
+                "VALUES ('bench-metrics', '{\"name\": \"bench-metrics\", \"max_steps\": 1}', 'running', 1, "
+                "CURRENT_TIMESTAMP, 0, 0, 0, -1)"
             )
         )
         job_id = conn.execute(text("SELECT max(id) FROM jobs")).scalar()

@@ -32,8 +32,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-SPEC = {"name": "bench", "model": {"name": "mlp"}, "data": {"name": "digits"}, "batch_size": 16, "nproc": 2,
-        "max_steps": 3, "device": "cpu", "log_every": 1, "checkpoint": {"every_steps": None, "every_epochs": None}}  # fmt: skip
+SPEC = {
+    "name": "bench",
+    "model": {"name": "mlp"},
+    "data": {"name": "digits"},
+    "batch_size": 16,
+    "nproc": 2,
+    "max_steps": 3,
+    "device": "cpu",
+    "log_every": 1,
+    "checkpoint": {"every_steps": None, "every_epochs": None},
+}
 PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=3"
 
 
@@ -89,9 +98,15 @@ def live_service(tmp: Path):
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     env = settings_env(settings) | {"OMP_NUM_THREADS": "1"}
-    log = open(tmp / "worker.log", "wb")
-    worker = subprocess.Popen([sys.executable, "-m", "cli.main", "worker", "--concurrency", "1"], cwd=ROOT, env=env,
-                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    log = open(tmp / "worker.log", "wb")  # noqa: SIM115 - the worker subprocess writes it until stopped
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "worker", "--concurrency", "1"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while b" ready." not in (tmp / "worker.log").read_bytes():
@@ -142,12 +157,25 @@ def ingest_rate(database_url: str, n: int) -> float:
     upgrade(database_url)
     engine = get_engine(database_url)
     with engine.begin() as conn:
-        conn.execute(text("INSERT INTO jobs (name, spec, status, attempt, created_at, step, epoch, samples, ingested_seq) "
-                          "VALUES ('bench-ingest', '{}', 'running', 1, CURRENT_TIMESTAMP, 0, 0, 0, -1)"))  # fmt: skip
+        conn.execute(
+            text(
+                "INSERT INTO jobs (name, spec, status, attempt, created_at, step, epoch, samples, ingested_seq) "
+                "VALUES ('bench-ingest', '{}', 'running', 1, CURRENT_TIMESTAMP, 0, 0, 0, -1)"
+            )
+        )
         job_id = conn.execute(text("SELECT max(id) FROM jobs")).scalar()
     now = time.time()
-    events = [{"seq": i, "time": now, "type": "metric", "step": i // 2, "name": ("train/loss", "lr")[i % 2], "value": 1.0 / (i + 1)}
-              for i in range(n)]  # fmt: skip
+    events = [
+        {
+            "seq": i,
+            "time": now,
+            "type": "metric",
+            "step": i // 2,
+            "name": ("train/loss", "lr")[i % 2],
+            "value": 1.0 / (i + 1),
+        }
+        for i in range(n)
+    ]
     ingestor = Ingestor(engine, job_id)
     t = time.perf_counter()
     for start in range(0, n, 20_000):  # as the supervisor sees them: a burst at a time
@@ -218,8 +246,15 @@ def main(argv: list[str]) -> None:
                 "pass" if statistics.median(dispatch) <= 1.0 else "FAIL",
             )
         )
-        rows.append(("submit → first optimizer step, service", "SQLite + embedded broker", f"{svc:.2f} s (runs: {', '.join(f'{v:.1f}' for v in svcs)})",
-                     f"≤ bare + 1.0 s ({bare + 1.0:.2f} s)", "pass" if svc <= bare + 1.0 else "FAIL"))  # fmt: skip
+        rows.append(
+            (
+                "submit → first optimizer step, service",
+                "SQLite + embedded broker",
+                f"{svc:.2f} s (runs: {', '.join(f'{v:.1f}' for v in svcs)})",
+                f"≤ bare + 1.0 s ({bare + 1.0:.2f} s)",
+                "pass" if svc <= bare + 1.0 else "FAIL",
+            )
+        )
         rate = ingest_rate(f"sqlite:///{tmp / 'ingest.db'}", n_ingest)
         rows.append(("metric ingest", "SQLite", f"{rate:,.0f} points/s", "", ""))
         with pg_database() as url:
@@ -243,8 +278,15 @@ def main(argv: list[str]) -> None:
                 targets.append(("PostgreSQL", url))
             for label, db in targets:
                 m = measure(db)
-                rows.append(("GET metrics, 1,000,000 points, max_points=2000", label, f"{m['query_ms_median']:.0f} ms (max {m['query_ms_max']:.0f})",
-                             "≤ 150 ms", "pass" if m["query_ms_median"] <= 150 else "FAIL"))  # fmt: skip
+                rows.append(
+                    (
+                        "GET metrics, 1,000,000 points, max_points=2000",
+                        label,
+                        f"{m['query_ms_median']:.0f} ms (max {m['query_ms_max']:.0f})",
+                        "≤ 150 ms",
+                        "pass" if m["query_ms_median"] <= 150 else "FAIL",
+                    )
+                )
     print()
     print("| measure | store | result | target | |")
     print("|---|---|---|---|---|")

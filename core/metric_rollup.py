@@ -65,10 +65,14 @@ def _floor_div(expr: str, width: int | str) -> str:
 _MERGE = """
     ON CONFLICT (job_id, name, width, bucket) DO UPDATE SET
       n = metric_rollups.n + excluded.n,
-      min_value = CASE WHEN excluded.min_value < metric_rollups.min_value THEN excluded.min_value ELSE metric_rollups.min_value END,
-      min_step = CASE WHEN excluded.min_value < metric_rollups.min_value THEN excluded.min_step ELSE metric_rollups.min_step END,
-      max_value = CASE WHEN excluded.max_value > metric_rollups.max_value THEN excluded.max_value ELSE metric_rollups.max_value END,
-      max_step = CASE WHEN excluded.max_value > metric_rollups.max_value THEN excluded.max_step ELSE metric_rollups.max_step END
+      min_value = CASE WHEN excluded.min_value < metric_rollups.min_value
+                       THEN excluded.min_value ELSE metric_rollups.min_value END,
+      min_step = CASE WHEN excluded.min_value < metric_rollups.min_value
+                      THEN excluded.min_step ELSE metric_rollups.min_step END,
+      max_value = CASE WHEN excluded.max_value > metric_rollups.max_value
+                       THEN excluded.max_value ELSE metric_rollups.max_value END,
+      max_step = CASE WHEN excluded.max_value > metric_rollups.max_value
+                      THEN excluded.max_step ELSE metric_rollups.max_step END
 """
 _REPLACE = """
     ON CONFLICT (job_id, name, width, bucket) DO UPDATE SET
@@ -165,7 +169,8 @@ def refresh(session: Session, job_id: int) -> int:
     window = {"j": job_id, "old": mark, "new": newest}
     spans = session.execute(
         text(
-            "SELECT name, count(*), min(step), max(step) FROM metric_points WHERE job_id = :j AND seq > :old AND seq <= :new GROUP BY name"
+            "SELECT name, count(*), min(step), max(step) FROM metric_points "
+            "WHERE job_id = :j AND seq > :old AND seq <= :new GROUP BY name"
         ),
         window,
     ).all()
@@ -206,7 +211,8 @@ def _range_clause(start_step: int | None, end_step: int | None) -> str:
 def _raw(session: Session, params: dict, lo: int, hi: int) -> Iterable[tuple[int, float]]:
     rows = session.execute(
         text(
-            "SELECT step, value FROM metric_points WHERE job_id = :j AND name = :n AND step >= :lo AND step <= :hi ORDER BY step, seq"
+            "SELECT step, value FROM metric_points "
+            "WHERE job_id = :j AND name = :n AND step >= :lo AND step <= :hi ORDER BY step, seq"
         ),
         {**params, "lo": lo, "hi": hi},
     )

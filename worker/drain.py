@@ -1,28 +1,67 @@
 """Graceful worker shutdown (a deploy): the Celery main process raises a flag file, every supervisor
-in its pool sees it, stops its ranks with SIGTERM (they checkpoint) and hands the job back to the queue."""
+in its pool sees it, stops its ranks with SIGTERM (they checkpoint) and hands the job back to the queue.
+
+A flag names its process by pid *and* start time (`<pid>-<start ticks>`), so a flag left behind by a
+worker that was killed never applies to a later process that happens to get the same pid; stale
+flags are swept when a worker starts.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
 from core.settings import Settings
 
+log = logging.getLogger("rankzero.worker")
 
-def _flag(settings: Settings, pid: int) -> Path:
-    return settings.data_dir / "drain" / str(pid)
+
+def _start_ticks(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22); None if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: count fields after its last ')'.
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _flags_dir(settings: Settings) -> Path:
+    return settings.data_dir / "drain"
+
+
+def _flag(settings: Settings, pid: int) -> Path | None:
+    ticks = _start_ticks(pid)
+    return None if ticks is None else _flags_dir(settings) / f"{pid}-{ticks}"
 
 
 def request_drain(settings: Settings) -> None:
     path = _flag(settings, os.getpid())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.touch()
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
 
 
 def clear_drain(settings: Settings) -> None:
-    _flag(settings, os.getpid()).unlink(missing_ok=True)
+    """Remove this process's flag and every flag whose process is gone (or is another process now)."""
+    directory = _flags_dir(settings)
+    if not directory.is_dir():
+        return
+    for entry in directory.iterdir():
+        pid, _, ticks = entry.name.partition("-")
+        alive = pid.isdigit() and _start_ticks(int(pid)) == ticks
+        if alive and int(pid) != os.getpid():
+            continue
+        try:
+            entry.unlink()
+        except IsADirectoryError:
+            log.warning("unexpected directory among drain flags, left alone: %s", entry)
+        except OSError:
+            continue  # another worker swept it first
 
 
 def draining(settings: Settings) -> bool:
-    """True when this process (solo pool) or its parent (prefork pool) is shutting down."""
-    return _flag(settings, os.getpid()).exists() or _flag(settings, os.getppid()).exists()
+    """True when this process (solo/threads pool) or its parent (prefork pool) is shutting down."""
+    flags = (_flag(settings, os.getpid()), _flag(settings, os.getppid()))
+    return any(flag is not None and flag.is_file() for flag in flags)
