@@ -87,6 +87,7 @@ def _rates(marks: list[tuple[int, float, float]]) -> dict[str, float]:
 def trainer_worker(spec_path: str, run_dir: str) -> None:
     """The trainer (runs under torchrun): exactly `python -m trainer`, except that progress events
     also carry this process's CPU time, so the bench can normalise away a busy machine."""
+    from trainer.event_types import EventType
     from trainer.events import EventLog
     from trainer.spec_file import load_spec
     from trainer.train import train
@@ -94,7 +95,7 @@ def trainer_worker(spec_path: str, run_dir: str) -> None:
     emit = EventLog.emit
 
     def emit_with_cpu(self, type_, **fields):
-        if type_ == "progress":
+        if type_ == EventType.progress:
             fields["cpu_s"] = time.process_time()
         emit(self, type_, **fields)
 
@@ -187,7 +188,8 @@ def main() -> None:
             rows.append((r + 1, trainer, bare))
             print(f"round {r + 1}: trainer {trainer}, bare {bare}", file=sys.stderr, flush=True)
     print(
-        f"\nMLP {FEATURES}-{HIDDEN}-{CLASSES}, batch {BATCH}/rank, 2 ranks, gloo, CPU; steps {args.warmup}..{args.steps}\n"
+        f"\nMLP {FEATURES}-{HIDDEN}-{CLASSES}, batch {BATCH}/rank, 2 ranks, gloo, CPU; "
+        f"steps {args.warmup}..{args.steps}\n"
     )
     print("| round | trainer samples/s | bare samples/s | ratio | trainer samples/CPU-s | bare samples/CPU-s | ratio |")
     print("|---|---|---|---|---|---|---|")

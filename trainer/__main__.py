@@ -1,8 +1,5 @@
 """`python -m trainer --spec SPEC --run-dir DIR` (one process) or under
 `torchrun --standalone --nproc_per_node=N -m trainer --spec SPEC --run-dir DIR`.
-
-Exit codes: 0 finished; 75 stopped on SIGTERM after saving a checkpoint (resume with resume_from);
-anything else failed (the `failed` event and torchrun's error file name the rank and traceback).
 """
 
 from __future__ import annotations
@@ -12,10 +9,21 @@ import sys
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from trainer.exit_codes import EXIT_OK, EXIT_STOPPED
+
+EXIT_CODES = f"""exit codes (trainer/exit_codes.py):
+  {EXIT_OK:<5}  finished
+  {EXIT_STOPPED:<5}  stopped on SIGTERM after saving a checkpoint (resume with resume_from)
+  other  failed (the `failed` event and torchrun's error file name the rank and traceback)
+"""
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m trainer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m trainer",
+        description=__doc__,
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--spec", required=True, help="job spec file (.json, or .yaml/.yml)")
     parser.add_argument("--run-dir", required=True, help="run directory: events.jsonl, checkpoints/, spec.json go here")

@@ -1,8 +1,10 @@
-"""Checkpoints: atomic writes, retention, and loading with `torch.load(weights_only=True)`.
+"""Checkpoints: the payload's keys (`TrainingState`, `pack`, `unpack`), atomic writes, retention,
+and loading with `torch.load(weights_only=True)`.
 
 A checkpoint is a dict of tensors and plain Python values only (RNG states are uint8 tensors),
-so the safe loader reads it:
-    model, optimizer, scheduler, scaler, step, epoch, rng, global_batch_size, world_size, spec (JSON text)
+so the safe loader reads it; its keys are `TrainingState`'s fields, in that order:
+    model, optimizer, scheduler, scaler, step, epoch, rng, world_size, global_batch_size,
+    num_train_samples, spec (JSON text)
 """
 
 from __future__ import annotations
@@ -10,13 +12,52 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from trainer.run_dir import CHECKPOINT_NAME, RunDir
+
+
+@dataclass(frozen=True)
+class TrainingState:
+    """Everything a run needs to continue exactly where it stopped; one field per checkpoint key."""
+
+    model: dict[str, Any]  # the unwrapped module's state_dict (no "module." prefix)
+    optimizer: dict[str, Any]
+    scheduler: dict[str, Any]
+    scaler: dict[str, Any]
+    step: int  # optimizer steps done
+    epoch: int
+    rng: list[dict[str, torch.Tensor]]  # one `capture_rng` per rank, rank order
+    world_size: int
+    global_batch_size: int
+    num_train_samples: int
+    spec: str  # the job spec, JSON
+
+
+def pack(state: TrainingState) -> dict[str, Any]:
+    """The dict written to disk: `TrainingState`'s fields as keys, in declaration order (no copies)."""
+    return {f.name: getattr(state, f.name) for f in fields(TrainingState)}
+
+
+def unpack(payload: dict[str, Any]) -> TrainingState:
+    """The state of a loaded checkpoint (`load`); a missing key raises KeyError naming it."""
+    return TrainingState(
+        model=payload["model"],
+        optimizer=payload["optimizer"],
+        scheduler=payload["scheduler"],
+        scaler=payload["scaler"],
+        step=int(payload["step"]),
+        epoch=int(payload.get("epoch", 0)),
+        rng=payload["rng"],
+        world_size=int(payload["world_size"]),
+        global_batch_size=int(payload["global_batch_size"]),
+        num_train_samples=int(payload["num_train_samples"]),
+        spec=payload.get("spec", ""),
+    )
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainer.event_types import EventType
+
 _STOP = object()
 
 
@@ -48,11 +50,12 @@ class EventLog:
             self._thread = threading.Thread(target=self._drain, name="events-writer", daemon=True)
             self._thread.start()
 
-    def emit(self, type_: str, **fields: Any) -> None:
+    def emit(self, type_: EventType, **fields: Any) -> None:
+        """Queue one event; on disk its `type` is the member's plain string value (e.g. "metric")."""
         if not self.enabled:
             return
         self._seq += 1
-        self._queue.put({"seq": self._seq, "time": time.time(), "type": type_, **fields})
+        self._queue.put({"seq": self._seq, "time": time.time(), "type": EventType(type_).value, **fields})
 
     def _drain(self) -> None:
         while True:

@@ -13,6 +13,7 @@ import time
 import traceback
 from pathlib import Path
 
+from trainer.event_types import EventType
 from trainer.events import EventLog, last_seq
 from trainer.run_dir import failure_note
 
@@ -70,7 +71,7 @@ def report_failure(root: Path, rank: int, world_size: int, exc: BaseException, e
         _fallback_failed_event(root, own, since)
         return
     first = _earliest_note(root, own, world_size, since)
-    events.emit("failed", error=first["error"], rank=first["rank"], traceback=first["traceback"])
+    events.emit(EventType.failed, error=first["error"], rank=first["rank"], traceback=first["traceback"])
 
 
 def _fallback_failed_event(root: Path, note: dict, since: float) -> None:
@@ -87,7 +88,7 @@ def _fallback_failed_event(root: Path, note: dict, since: float) -> None:
     event = {
         "seq": last_seq(path) + 1,
         "time": time.time(),
-        "type": "failed",
+        "type": EventType.failed.value,
         "error": note["error"],
         "rank": note["rank"],
         "traceback": note["traceback"],
@@ -112,6 +113,6 @@ def _has_failed_event(path: Path, since: float) -> bool:
             event = json.loads(line)
         except ValueError:
             continue
-        if event.get("type") == "failed" and event.get("time", 0) >= since:
+        if event.get("type") == EventType.failed.value and event.get("time", 0) >= since:
             return True
     return False

@@ -2,6 +2,10 @@
 
 Every rank runs this code; rank 0 alone writes events and checkpoints. One optimizer step =
 `accumulation_steps` micro-batches per rank; with DDP only the last one all-reduces gradients.
+
+`build` makes everything once and returns it frozen (`Built`). The loop then trains a step, asks the
+`Schedule` what is due after it (`Due`: log, validate, save, stop), lets every rank agree on a stop,
+and does what is due: one path for the last step, a periodic step and a SIGTERM stop alike.
 """
 
 from __future__ import annotations
@@ -11,13 +15,15 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.utils.data import Dataset
 
 from trainer import checkpoint as ckpt_io
 from trainer.control import RunControl, StopSignal
@@ -25,7 +31,9 @@ from trainer.data.datasets import build_datasets
 from trainer.data.layout import BatchLayout
 from trainer.data.loaders import batch_length, to_device, train_loader, val_loader
 from trainer.dist import DistContext, barrier, setup, teardown
+from trainer.event_types import EventType
 from trainer.events import EventLog
+from trainer.exit_codes import EXIT_OK, EXIT_STOPPED
 from trainer.failures import report_failure
 from trainer.losses import build_loss, count_correct
 from trainer.metrics import LossMeter
@@ -36,8 +44,6 @@ from trainer.spec import JobSpec
 from trainer.spec_file import dump_spec
 from trainer.strategy import Strategy, build_strategy
 
-EXIT_OK = 0
-EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped on SIGTERM after saving a checkpoint; resumable
 # Steps between stop / non-finite agreement checks (each an async all-reduce, waited a step later).
 # Each costs a gloo round trip (~0.1 ms of CPU): every 16 steps keeps it under 1 % of a small CPU
 # step, and still stops a job with 1 s steps well inside torchrun's 30 s SIGTERM grace.
@@ -64,7 +70,7 @@ def train(spec: JobSpec, root: str | Path, on_strategy: Callable[[Strategy], Non
     ctx: DistContext | None = None
     try:
         ctx = setup(spec)
-        return _Run(spec, run, ctx, events, stop, on_strategy).execute()
+        return _Run(spec, run, ctx, events, stop, build(spec, run, ctx, on_strategy)).execute()
     except Exception as exc:
         report_failure(run.root, rank, ctx.world_size if ctx else spec.world_size, exc, events, since=started_at)
         raise
@@ -75,100 +81,218 @@ def train(spec: JobSpec, root: str | Path, on_strategy: Callable[[Strategy], Non
             teardown(ctx)
 
 
-class _Run:
-    def __init__(
-        self, spec: JobSpec, run: RunDir, ctx: DistContext, events: EventLog, stop: StopSignal, on_strategy
-    ) -> None:
-        self.spec, self.run, self.ctx, self.events, self.stop, self.on_strategy = (
-            spec,
-            run,
-            ctx,
-            events,
-            stop,
-            on_strategy,
-        )
-        self.device = ctx.device
+# --------------------------------------------------------------------------------------------- build
+@dataclass(frozen=True)
+class Built:
+    """What a run trains with, made once by `build`."""
 
-    # ----------------------------------------------------------------------------------------- build
-    def _build(self) -> None:
-        spec, ctx = self.spec, self.ctx
-        if ctx.is_main:
-            self.run.root.mkdir(parents=True, exist_ok=True)
-            tmp = self.run.spec.with_name(".spec.json.tmp")
-            tmp.write_text(dump_spec(spec))
-            os.replace(tmp, self.run.spec)
+    layout: BatchLayout
+    total_steps: int
+    start_step: int  # optimizer steps already done (a resumed run's checkpoint step, else 0)
+    strategy: Strategy
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler
+    loss_fn: Callable[[nn.Module, Any], torch.Tensor]
+    has_accuracy: bool
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]]
+    train_loader: Iterable[Any]  # this rank's micro-batches for steps [start_step, total_steps)
+    val_loader: Iterable[Any] | None  # this rank's validation shard; None: no validation set
 
-        # Data sets: a download happens on local rank 0 while the others wait, then they read the files.
-        if ctx.local_rank != 0:
-            barrier(ctx)
-        train_set, self.val_set = build_datasets(spec.data, spec.seed)
-        if ctx.local_rank == 0:
-            barrier(ctx)
-        self.layout = BatchLayout(
-            len(train_set), spec.batch_size, spec.accumulation_steps, ctx.world_size, spec.seed, spec.data.shuffle
-        )
-        self.steps_per_epoch = self.layout.steps_per_epoch
-        self.total_steps = total_steps_for(spec, self.steps_per_epoch)
-        self.train_set = train_set
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.layout.steps_per_epoch
 
-        torch.manual_seed(spec.seed)  # same initial weights on every rank (DDP/manual also broadcast them)
-        module = build_model(spec.model).to(self.device)
-        self.checkpoint = ckpt_io.load(spec.resume_from) if spec.resume_from else None
-        if self.checkpoint is not None:
-            self._check_resumable(self.checkpoint)
-            module.load_state_dict(self.checkpoint["model"])
-        self.strategy = build_strategy(spec, module, ctx)
-        if self.on_strategy is not None:
-            self.on_strategy(self.strategy)
-        self.optimizer = build_optimizer(self.strategy.module, spec.optimizer)
-        self.scheduler = build_scheduler(self.optimizer, spec.scheduler, self.total_steps)
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=spec.precision == "fp16")
-        self.loss_fn, self.has_accuracy = build_loss(spec.loss)
-        self.start_step = 0
-        if self.checkpoint is not None:
-            c = self.checkpoint
-            self.optimizer.load_state_dict(c["optimizer"])
-            self.scheduler.load_state_dict(c["scheduler"])
-            self.scaler.load_state_dict(c["scaler"])
-            self.start_step = int(c["step"])
-            if int(c["world_size"]) == ctx.world_size:
-                ckpt_io.restore_rng(c["rng"][ctx.rank], self.device)
-            else:  # another world size: a fresh, deterministic stream per rank
-                torch.manual_seed(spec.seed + 100_003 * (ctx.rank + 1) + self.start_step)
-            self.checkpoint = None  # free the host copy
-        else:
-            # Per-rank streams for dropout and augmentation (weights were drawn above, identically).
-            torch.manual_seed(spec.seed + 100_003 * (ctx.rank + 1))
-        self.val_loader = (
-            val_loader(self.val_set, ctx.rank, ctx.world_size, spec.batch_size, spec.data.num_workers, self.device)
-            if self.val_set is not None and len(self.val_set) > 0
+
+def build(spec: JobSpec, run: RunDir, ctx: DistContext, on_strategy: Callable[[Strategy], None] | None) -> Built:
+    """Data, model, strategy, optimizer, and (resuming) their saved states and this rank's RNG stream."""
+    if ctx.is_main:
+        _write_spec(spec, run)
+    train_set, val_set = _datasets(spec, ctx)
+    layout = BatchLayout(
+        len(train_set), spec.batch_size, spec.accumulation_steps, ctx.world_size, spec.seed, spec.data.shuffle
+    )
+    total_steps = total_steps_for(spec, layout.steps_per_epoch)
+
+    torch.manual_seed(spec.seed)  # same initial weights on every rank (DDP/manual also broadcast them)
+    module = build_model(spec.model).to(ctx.device)
+    resume = ckpt_io.unpack(ckpt_io.load(spec.resume_from)) if spec.resume_from else None
+    if resume is not None:
+        _check_resumable(spec, resume, layout)
+        module.load_state_dict(resume.model)
+    strategy = build_strategy(spec, module, ctx)
+    if on_strategy is not None:
+        on_strategy(strategy)
+    optimizer = build_optimizer(strategy.module, spec.optimizer)
+    scheduler = build_scheduler(optimizer, spec.scheduler, total_steps)
+    scaler = torch.amp.GradScaler(ctx.device.type, enabled=spec.precision == "fp16")
+    loss_fn, has_accuracy = build_loss(spec.loss)
+    if resume is not None:
+        optimizer.load_state_dict(resume.optimizer)
+        scheduler.load_state_dict(resume.scheduler)
+        scaler.load_state_dict(resume.scaler)
+    _seed_rank_stream(spec, ctx, resume)
+    start_step = resume.step if resume is not None else 0
+    del resume  # free the host copy
+    return Built(
+        layout=layout,
+        total_steps=total_steps,
+        start_step=start_step,
+        strategy=strategy,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        scaler=scaler,
+        loss_fn=loss_fn,
+        has_accuracy=has_accuracy,
+        autocast=_autocast(spec.precision, ctx.device),
+        train_loader=train_loader(
+            train_set, layout, ctx.rank, start_step, total_steps, spec.data.num_workers, ctx.device
+        ),
+        val_loader=(
+            val_loader(val_set, ctx.rank, ctx.world_size, spec.batch_size, spec.data.num_workers, ctx.device)
+            if val_set is not None and len(val_set) > 0
             else None
+        ),
+    )
+
+
+def _write_spec(spec: JobSpec, run: RunDir) -> None:
+    run.root.mkdir(parents=True, exist_ok=True)
+    tmp = run.spec.with_name(".spec.json.tmp")
+    tmp.write_text(dump_spec(spec))
+    os.replace(tmp, run.spec)
+
+
+def _datasets(spec: JobSpec, ctx: DistContext) -> tuple[Dataset, Dataset | None]:
+    """A download happens on local rank 0 while the others wait, then they read the files."""
+    if ctx.local_rank != 0:
+        barrier(ctx)
+    train_set, val_set = build_datasets(spec.data, spec.seed)
+    if ctx.local_rank == 0:
+        barrier(ctx)
+    return train_set, val_set
+
+
+def _check_resumable(spec: JobSpec, resume: ckpt_io.TrainingState, layout: BatchLayout) -> None:
+    if resume.global_batch_size != layout.global_batch or resume.num_train_samples != layout.num_samples:
+        raise ValueError(
+            f"cannot resume exactly from {spec.resume_from}: it was trained with global batch "
+            f"{resume.global_batch_size} on {resume.num_train_samples} samples, "
+            f"this spec gives {layout.global_batch} on {layout.num_samples}; "
+            "keep batch_size × accumulation_steps × nproc × nnodes and the data the same"
         )
-        if spec.precision == "fp32":
-            self.autocast: Callable[[], Any] = contextlib.nullcontext
-        else:
-            dtype = torch.bfloat16 if spec.precision == "bf16" else torch.float16
-            self.autocast = lambda: torch.autocast(self.device.type, dtype=dtype)
 
-    def _check_resumable(self, c: dict[str, Any]) -> None:
-        if (
-            int(c["global_batch_size"]) != self.layout.global_batch
-            or int(c["num_train_samples"]) != self.layout.num_samples
-        ):
-            raise ValueError(
-                f"cannot resume exactly from {self.spec.resume_from}: it was trained with global batch "
-                f"{c['global_batch_size']} on {c['num_train_samples']} samples, this spec gives {self.layout.global_batch} "
-                f"on {self.layout.num_samples}; keep batch_size × accumulation_steps × nproc × nnodes and the data the same"
-            )
 
-    # ------------------------------------------------------------------------------------------ loop
+def _seed_rank_stream(spec: JobSpec, ctx: DistContext, resume: ckpt_io.TrainingState | None) -> None:
+    """Per-rank streams for dropout and augmentation (weights were drawn before, identically)."""
+    if resume is None:
+        torch.manual_seed(spec.seed + 100_003 * (ctx.rank + 1))
+    elif resume.world_size == ctx.world_size:
+        ckpt_io.restore_rng(resume.rng[ctx.rank], ctx.device)
+    else:  # another world size: a fresh, deterministic stream per rank
+        torch.manual_seed(spec.seed + 100_003 * (ctx.rank + 1) + resume.step)
+
+
+def _autocast(precision: str, device: torch.device) -> Callable[[], contextlib.AbstractContextManager[Any]]:
+    if precision == "fp32":
+        return contextlib.nullcontext
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return lambda: torch.autocast(device.type, dtype=dtype)
+
+
+# ------------------------------------------------------------------------------------------ schedule
+@dataclass(frozen=True)
+class Due:
+    """What to do after an optimizer step, in this order: log, validate, save, then stop (or go on)."""
+
+    last: bool  # the final step of the run
+    log: bool
+    eval: bool
+    save: bool
+    stop: bool = False  # every rank agreed to stop here (SIGTERM)
+
+    def stopping(self) -> Due:
+        """Stopping at this step, which was trained and after which the resumed run starts: log the
+        partial interval (or its loss is lost), validate if due anyway, and save."""
+        return replace(self, log=True, save=True, stop=True)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When each "every so often" action falls due (0: never)."""
+
+    total_steps: int
+    log_every: int
+    eval_every: int
+    save_every_steps: int
+    save_every_epochs_steps: int
+
+    @classmethod
+    def of(cls, spec: JobSpec, built: Built) -> Schedule:
+        c = spec.checkpoint
+        return cls(
+            total_steps=built.total_steps,
+            log_every=spec.log_every,
+            eval_every=(spec.eval_every or built.steps_per_epoch) if built.val_loader is not None else 0,
+            save_every_steps=c.every_steps or 0,
+            save_every_epochs_steps=(c.every_epochs or 0) * built.steps_per_epoch,
+        )
+
+    def at(self, done: int) -> Due:
+        """What is due after step `done` (1-based); the last step logs, validates and saves."""
+        last = done == self.total_steps
+        return Due(
+            last=last,
+            log=last or _every(done, self.log_every),
+            eval=bool(self.eval_every) and (last or _every(done, self.eval_every)),
+            save=last or _every(done, self.save_every_steps) or _every(done, self.save_every_epochs_steps),
+        )
+
+
+def _every(done: int, n: int) -> bool:
+    return n > 0 and done % n == 0
+
+
+# ------------------------------------------------------------------------------------------------ run
+class Throughput:
+    """Steps per second over a log interval, not counting the time spent validating and saving."""
+
+    def __init__(self) -> None:
+        self._first, self._t0 = 0, time.perf_counter()
+
+    def start(self, step: int) -> None:
+        """The first interval starts now, after step `step`."""
+        self._first, self._t0 = step, time.perf_counter()
+
+    def lap(self, done: int) -> float:
+        """Steps per second since the last lap (or the start); the next interval starts now."""
+        now = time.perf_counter()
+        steps_per_s = (done - self._first) / max(now - self._t0, 1e-9)
+        self._first, self._t0 = done, now
+        return steps_per_s
+
+    def exclude(self, seconds: float) -> None:
+        """Validation and checkpoint time is not training throughput: move the interval's start forward."""
+        self._t0 += seconds
+
+
+class _Run:
+    """The loop over optimizer steps and what falls due after each; rank 0 alone writes."""
+
+    def __init__(
+        self, spec: JobSpec, run: RunDir, ctx: DistContext, events: EventLog, stop: StopSignal, built: Built
+    ) -> None:
+        self.spec, self.run, self.ctx, self.events, self.built = spec, run, ctx, events, built
+        self.device = ctx.device
+        self.schedule = Schedule.of(spec, built)
+        self.control = RunControl(stop, ctx.rank, ctx.world_size, ctx.device, CONTROL_EVERY)
+        self.meter = LossMeter(ctx.device)
+        self.throughput = Throughput()
+
     def execute(self) -> int:
-        self._build()
-        spec, ctx, strategy = self.spec, self.ctx, self.strategy
-        A = spec.accumulation_steps
-        G = self.layout.global_batch
+        spec, ctx, b = self.spec, self.ctx, self.built
         self.events.emit(
-            "started",
+            EventType.started,
             world_size=ctx.world_size,
             nproc=spec.nproc,
             nnodes=spec.nnodes,
@@ -176,135 +300,113 @@ class _Run:
             device=str(self.device),
             backend=ctx.backend or "none",
             precision=spec.precision,
-            total_steps=self.total_steps,
-            global_batch_size=G,
-            start_step=self.start_step,
+            total_steps=b.total_steps,
+            global_batch_size=b.layout.global_batch,
+            start_step=b.start_step,
             resumed_from=spec.resume_from,
         )
-        meter = LossMeter(self.device)
-        control = RunControl(self.stop, ctx.rank, ctx.world_size, self.device, CONTROL_EVERY)
-        loader = train_loader(
-            self.train_set, self.layout, ctx.rank, self.start_step, self.total_steps, spec.data.num_workers, self.device
-        )
-        batches = iter(loader)
-        model, optimizer, scheduler, scaler, loss_fn = (
-            strategy.model,
-            self.optimizer,
-            self.scheduler,
-            self.scaler,
-            self.loss_fn,
-        )
-        clip = spec.grad_clip_norm
-        model.train()
-        self._interval_start = (self.start_step, time.perf_counter())
-        last_saved = -1
-
-        for step in range(self.start_step, self.total_steps):
-            for a in range(A):
-                batch = to_device(next(batches), self.device)
-                with strategy.micro_step(last=a == A - 1):
-                    with self.autocast():
-                        loss = loss_fn(model, batch)
-                    scaler.scale(loss / A if A > 1 else loss).backward()
-                meter.add(loss, batch_length(batch))
-            strategy.sync_gradients()
-            if clip is not None:
-                scaler.unscale_(optimizer)
-                nn.utils.clip_grad_norm_(strategy.module.parameters(), clip)
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            scheduler.step()
-
+        batches = iter(b.train_loader)
+        b.strategy.model.train()
+        self.throughput.start(b.start_step)
+        for step in range(b.start_step, b.total_steps):
+            self._train_step(batches)
             done = step + 1
-            meter.end_step(done)
-            save_due = self._checkpoint_due(done)
-            if done == self.total_steps:
-                control.settle(meter.first_bad_step)
-                stop = False
-            elif save_due:
-                stop = control.settle(meter.first_bad_step)
-            else:
-                stop = control.check(done, meter.first_bad_step)
-            if stop:
-                # Step `done` was trained and the resumed run starts after it: log the partial interval now
-                # or its loss is lost (every rank stops at this step, so the reduce lines up).
-                self._log(done, meter, G)
-                if self.val_loader is not None and self._eval_due(done):
-                    self._validate(done)
-                path = self._save(done) if last_saved != done else self.run.checkpoint_path(done)
-                self.events.emit(
-                    "stopped", step=done, checkpoint=str(path.relative_to(self.run.root)), reason="SIGTERM"
-                )
+            self.meter.end_step(done)
+            due = self._agree(done, self.schedule.at(done))
+            self._act(done, due)
+            if due.stop:
                 return EXIT_STOPPED
-            if done % spec.log_every == 0 or done == self.total_steps:
-                self._log(done, meter, G)
-            if self.val_loader is not None and self._eval_due(done):
-                self._validate(done)
-            if save_due:
-                self._save(done)
-                last_saved = done
-
-        self.events.emit("finished", step=self.total_steps)
+        self.events.emit(EventType.finished, step=b.total_steps)
         return EXIT_OK
 
+    def _train_step(self, batches: Iterator[Any]) -> None:
+        """One optimizer step: `accumulation_steps` micro-batches, gradient sync, (clip,) update."""
+        b, device, meter = self.built, self.device, self.meter
+        A = self.spec.accumulation_steps
+        strategy, model, optimizer, scaler, loss_fn = b.strategy, b.strategy.model, b.optimizer, b.scaler, b.loss_fn
+        for a in range(A):
+            batch = to_device(next(batches), device)
+            with strategy.micro_step(last=a == A - 1):
+                with b.autocast():
+                    loss = loss_fn(model, batch)
+                scaler.scale(loss / A if A > 1 else loss).backward()
+            meter.add(loss, batch_length(batch))
+        strategy.sync_gradients()
+        clip = self.spec.grad_clip_norm
+        if clip is not None:
+            scaler.unscale_(optimizer)
+            nn.utils.clip_grad_norm_(strategy.module.parameters(), clip)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        b.scheduler.step()
+
+    def _agree(self, done: int, due: Due) -> Due:
+        """Every rank settles the stop / non-finite check the same way: blockingly before a save and at
+        the end (both sync anyway; no nan weights get saved), else the cheap async check."""
+        control, first_bad = self.control, self.meter.first_bad_step
+        if due.last:
+            control.settle(first_bad)  # the run ends here anyway: only a non-finite loss matters
+            return due
+        stop = control.settle(first_bad) if due.save else control.check(done, first_bad)
+        return due.stopping() if stop else due
+
+    def _act(self, done: int, due: Due) -> None:
+        if due.log:
+            self._log(done)
+        if due.eval:
+            self._validate(done)
+        if due.save:
+            path = self._save(done)
+            if due.stop:  # a stop always saves first
+                checkpoint = str(path.relative_to(self.run.root))
+                self.events.emit(EventType.stopped, step=done, checkpoint=checkpoint, reason="SIGTERM")
+
     # ------------------------------------------------------------------------------ interval actions
-    def _log(self, done: int, meter: LossMeter, global_batch: int) -> None:
-        mean_loss = meter.reduce_mean(self.ctx.distributed)  # the one collective + host sync per interval
+    def _log(self, done: int) -> None:
+        mean_loss = self.meter.reduce_mean(self.ctx.distributed)  # the one collective + host sync per interval
         if not self.ctx.is_main:
             return
-        first, t0 = self._interval_start
-        now = time.perf_counter()
-        self._interval_start = (done, now)
-        steps_per_s = (done - first) / max(now - t0, 1e-9)
+        b = self.built
+        global_batch = b.layout.global_batch
+        steps_per_s = self.throughput.lap(done)
         samples_per_s = steps_per_s * global_batch
-        eta = (self.total_steps - done) / steps_per_s if steps_per_s > 0 else None
-        epoch = done // self.steps_per_epoch
+        eta = (b.total_steps - done) / steps_per_s if steps_per_s > 0 else None
         emit = self.events.emit
         if mean_loss is not None:
-            emit("metric", step=done, name="train/loss", value=mean_loss)
-        emit("metric", step=done, name="lr", value=self.scheduler.get_last_lr()[0])
-        emit("metric", step=done, name="throughput/samples_per_s", value=samples_per_s)
+            emit(EventType.metric, step=done, name="train/loss", value=mean_loss)
+        emit(EventType.metric, step=done, name="lr", value=b.scheduler.get_last_lr()[0])
+        emit(EventType.metric, step=done, name="throughput/samples_per_s", value=samples_per_s)
         emit(
-            "progress",
+            EventType.progress,
             step=done,
-            total_steps=self.total_steps,
-            epoch=epoch,
+            total_steps=b.total_steps,
+            epoch=done // b.steps_per_epoch,
             samples=done * global_batch,
             samples_per_s=samples_per_s,
             eta_s=eta,
         )
-
-    def _eval_due(self, done: int) -> bool:
-        every = self.spec.eval_every or self.steps_per_epoch
-        return done % every == 0 or done == self.total_steps
-
-    def _checkpoint_due(self, done: int) -> bool:
-        c = self.spec.checkpoint
-        if done == self.total_steps:
-            return True
-        if c.every_steps and done % c.every_steps == 0:
-            return True
-        return bool(c.every_epochs) and done % (c.every_epochs * self.steps_per_epoch) == 0
 
     @torch.no_grad()
     def _validate(self, done: int) -> None:
         """Each rank scores its shard with the unwrapped module (no collectives inside forward, so
         uneven shards cannot deadlock); one all-reduce of [loss sum, correct, count] gives the exact means."""
         began = time.perf_counter()
-        module = self.strategy.module
+        b = self.built
+        module = b.strategy.module
         module.eval()
         sums = torch.zeros(3, dtype=torch.float64, device=self.device)
-        for raw in self.val_loader:
+        assert b.val_loader is not None  # validation is only due with a validation set
+        for raw in b.val_loader:
             batch = to_device(raw, self.device)
             n = batch_length(batch)
-            with self.autocast():
-                if self.has_accuracy:
+            with b.autocast():
+                if b.has_accuracy:
                     loss_sum, correct = count_correct(module, batch)
                     sums[0] += loss_sum.double()
                     sums[1] += correct
                 else:
-                    sums[0] += self.loss_fn(module, batch).double() * n
+                    sums[0] += b.loss_fn(module, batch).double() * n
             sums[2] += n
         module.train()
         if self.ctx.distributed:
@@ -312,15 +414,10 @@ class _Run:
         if self.ctx.is_main:
             loss_sum, correct, count = sums.tolist()
             if count:
-                self.events.emit("metric", step=done, name="val/loss", value=loss_sum / count)
-                if self.has_accuracy:
-                    self.events.emit("metric", step=done, name="val/accuracy", value=correct / count)
-        self._exclude_from_throughput(time.perf_counter() - began)
-
-    def _exclude_from_throughput(self, seconds: float) -> None:
-        """Validation and checkpoint time is not training throughput: move the interval's start forward."""
-        first, t0 = self._interval_start
-        self._interval_start = (first, t0 + seconds)
+                self.events.emit(EventType.metric, step=done, name="val/loss", value=loss_sum / count)
+                if b.has_accuracy:
+                    self.events.emit(EventType.metric, step=done, name="val/accuracy", value=correct / count)
+        self.throughput.exclude(time.perf_counter() - began)
 
     def _save(self, done: int) -> Path:
         """Gather every rank's RNG state, then rank 0 writes the checkpoint atomically and prunes old ones."""
@@ -333,28 +430,33 @@ class _Run:
             all_rng = [rng]
         path = self.run.checkpoint_path(done)
         if self.ctx.is_main:
-            payload = {
-                "model": self.strategy.module.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
-                "scaler": self.scaler.state_dict(),
-                "step": done,
-                "epoch": done // self.steps_per_epoch,
-                "rng": all_rng,
-                "world_size": self.ctx.world_size,
-                "global_batch_size": self.layout.global_batch,
-                "num_train_samples": self.layout.num_samples,
-                "spec": json.dumps(self.spec.model_dump(mode="json")),
-            }
-            saved = ckpt_io.write_atomic(path, payload)
-            self.events.emit(
-                "checkpoint",
-                step=done,
-                epoch=done // self.steps_per_epoch,
-                path=str(path.relative_to(self.run.root)),
-                bytes=saved.bytes,
-                sha256=saved.sha256,
-            )
-            ckpt_io.prune(self.run, self.spec.checkpoint.keep_last)
-        self._exclude_from_throughput(time.perf_counter() - began)
+            self._write_checkpoint(path, done, all_rng)
+        self.throughput.exclude(time.perf_counter() - began)
         return path
+
+    def _write_checkpoint(self, path: Path, done: int, all_rng: list[Any]) -> None:
+        b = self.built
+        epoch = done // b.steps_per_epoch
+        state = ckpt_io.TrainingState(
+            model=b.strategy.module.state_dict(),
+            optimizer=b.optimizer.state_dict(),
+            scheduler=b.scheduler.state_dict(),
+            scaler=b.scaler.state_dict(),
+            step=done,
+            epoch=epoch,
+            rng=all_rng,
+            world_size=self.ctx.world_size,
+            global_batch_size=b.layout.global_batch,
+            num_train_samples=b.layout.num_samples,
+            spec=json.dumps(self.spec.model_dump(mode="json")),
+        )
+        saved = ckpt_io.write_atomic(path, ckpt_io.pack(state))
+        self.events.emit(
+            EventType.checkpoint,
+            step=done,
+            epoch=epoch,
+            path=str(path.relative_to(self.run.root)),
+            bytes=saved.bytes,
+            sha256=saved.sha256,
+        )
+        ckpt_io.prune(self.run, self.spec.checkpoint.keep_last)
