@@ -1,6 +1,8 @@
 """What the service refuses at submit time, beyond what the JobSpec model itself checks.
 
-Each check raises `SpecRefused` naming the field (as a FastAPI `loc`) and what to do instead.
+Each check raises `SpecRefused` naming the field (as a FastAPI `loc`) and what to do instead; a
+limit's message names the limit and the setting that raises it. The queue quota raises
+`QuotaExceeded` (a SpecRefused, so a route that knows only SpecRefused still refuses it).
 """
 
 from __future__ import annotations
@@ -9,8 +11,9 @@ import json
 import logging
 
 from core import capacity
-from core.paths import UnsafePath, inside_runs_dir
+from core.paths import UnsafePath, inside_dataset_roots, inside_runs_dir
 from core.settings import Settings
+from trainer.data import confine
 from trainer.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -77,6 +80,25 @@ def check_single_node(spec: JobSpec) -> None:
         )
 
 
+def check_data_paths(spec: JobSpec, settings: Settings) -> JobSpec:
+    """Return the spec with its data folder (root / path) resolved inside the allowed data set folders."""
+    arg = confine.path_arg(spec.data.name)
+    if arg is None:
+        return spec
+    field = f"data.args.{arg}"
+    if arg not in spec.data.args and arg == "path":
+        raise SpecRefused(
+            ("body", "data", "args", arg),
+            f"data {spec.data.name!r} needs {field}: a folder under {settings.resolved_datasets_dir}",
+        )
+    try:
+        path = inside_dataset_roots(spec.data.args.get(arg, "."), field, settings)
+    except UnsafePath as exc:
+        raise SpecRefused(("body", "data", "args", arg), str(exc)) from None
+    data = spec.data.model_copy(update={"args": {**spec.data.args, arg: str(path)}})
+    return spec.model_copy(update={"data": data})
+
+
 def check_capacity(spec: JobSpec, settings: Settings) -> None:
     reason = capacity.check_fits(spec, settings)
     if reason:
@@ -89,5 +111,6 @@ def apply(spec: JobSpec, settings: Settings) -> JobSpec:
     check_single_node(spec)
     check_user_code(spec, settings)
     spec = check_resume_from(spec, settings)
+    spec = check_data_paths(spec, settings)
     check_capacity(spec, settings)
     return spec

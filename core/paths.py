@@ -1,4 +1,4 @@
-"""Paths that come from users or rows, confined to the runs dir.
+"""Paths that come from users or rows, confined to the runs dir (or, for data sets, the datasets dirs).
 
 Every path-bearing input goes through `inside_runs_dir`: NUL and control characters and
 percent-encoding are refused outright (no file name of ours needs them, and a decoded-twice
@@ -13,6 +13,7 @@ from pathlib import Path
 
 from core.settings import Settings
 from core.tables import Job
+from trainer.data import confine
 from trainer.run_dir import job_run_dir
 
 _PERCENT_ENCODED = re.compile(r"%[0-9A-Fa-f]{2}")
@@ -46,3 +47,24 @@ def run_dir_of(job: Job, settings: Settings) -> Path:
     """
     raw = job.run_dir or str(job_run_dir(settings.resolved_runs_dir, job.id))
     return inside_runs_dir(raw, settings.resolved_runs_dir)
+
+
+def protected_dirs(settings: Settings) -> list[Path]:
+    """Folders no data set path may be, contain, or lie in (except through an allowed root below them)."""
+    return [settings.data_dir.resolve(), settings.resolved_runs_dir]
+
+
+def inside_dataset_roots(raw: object, field: str, settings: Settings) -> Path:
+    """Resolve a spec's data folder (relative: under the datasets dir) and return it if it is allowed.
+
+    Raises UnsafePath naming `field` and the allowed folders otherwise (see trainer/data/confine.py).
+    """
+    try:
+        return confine.confine(raw, field, settings.dataset_root_dirs, protected_dirs(settings))
+    except confine.UnsafeDataPath as exc:
+        raise UnsafePath(str(exc)) from None
+
+
+def dataset_env(settings: Settings) -> dict[str, str]:
+    """The variables that give the ranks the same data-path rules the API applied at submit."""
+    return confine.env_rules(settings.dataset_root_dirs, protected_dirs(settings))

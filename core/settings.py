@@ -56,6 +56,31 @@ class Settings(BaseSettings):
     embedded_poll_s: float = Field(
         0.1, gt=0, le=60, description="How often a worker polls the embedded (SQLAlchemy) broker for messages."
     )
+    # --- what a job spec may ask for (api/submit_policy.py; docs/trainer.md "Limits") ---
+    datasets_dir: Path | None = Field(
+        None,
+        description="Folder data sets' root/path live under (relative ones resolve here); default <data_dir>/datasets.",
+    )
+    dataset_roots: str = Field(
+        "", description="Extra folders data sets may come from, separated by ':' or ','; empty: only the datasets dir."
+    )
+    max_cpu_ranks: int | None = Field(
+        None, ge=1, description="Most ranks (nproc) of a job that runs on CPU; default: the API host's CPU count."
+    )
+    max_num_workers: int = Field(8, ge=0, description="Most DataLoader workers per rank (data.num_workers).")
+    max_global_batch: int = Field(1_000_000, ge=1, description="Largest global batch (batch × accumulation × ranks).")
+    max_model_params: int = Field(
+        100_000_000, ge=1, description="Most parameters of a built-in model (from its args, checked at submit)."
+    )
+    max_data_elements: int = Field(
+        50_000_000, ge=1, description="Most numbers a generated (synthetic / fake) data set holds: samples × size."
+    )
+    max_active_jobs: int = Field(
+        100, ge=1, description="Most jobs queued or running at once; a submit past it is refused (429)."
+    )
+    rank_env: str = Field(
+        "", description="Comma-separated extra environment variables the ranks get (beyond the built-in allow-list)."
+    )
 
     @property
     def resolved_database_url(self) -> str:
@@ -76,6 +101,20 @@ class Settings(BaseSettings):
     @property
     def allowed_code_prefixes(self) -> list[str]:
         return [p.strip() for p in self.allowed_code.split(",") if p.strip()]
+
+    @property
+    def resolved_datasets_dir(self) -> Path:
+        return (self.datasets_dir or self.data_dir / "datasets").resolve()
+
+    @property
+    def dataset_root_dirs(self) -> list[Path]:
+        """Where a spec's data paths may point: the datasets dir first (the base of relative paths), then extras."""
+        extras = [Path(p.strip()).resolve() for p in self.dataset_roots.replace(",", ":").split(":") if p.strip()]
+        return list(dict.fromkeys([self.resolved_datasets_dir, *extras]))
+
+    @property
+    def rank_env_names(self) -> list[str]:
+        return [n.strip() for n in self.rank_env.split(",") if n.strip()]
 
     def to_env(self) -> dict[str, str]:
         """RANKZERO_* variables that give a child process exactly these settings (token included)."""

@@ -11,6 +11,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.paths import dataset_env
+from core.settings import Settings, get_settings
 from trainer.run_dir import RunDir
 
 MARK_ENV = "RANKZERO_JOB_MARK"  # every rank inherits it: lets us find ranks torchrun put in new sessions
@@ -54,8 +56,32 @@ def build_command(run: RunDir, job_id: int, attempt: int, nproc: int, port: int)
     ]  # fmt: skip
 
 
-def rank_env(mark: str, cuda_visible_devices: str | None) -> dict[str, str]:
-    env = dict(os.environ)
+# What a rank sees of the worker's environment: an allow-list, so the API token, the database and
+# broker URLs (passwords in compose) and anything else the worker holds never reach user code.
+RANK_ENV_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TMPDIR", "TMP", "TEMP", "TZ", "LANG", "LANGUAGE", "TERM",
+    "LD_LIBRARY_PATH", "VIRTUAL_ENV", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",  # torchvision downloads
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
+    "MASTER_ADDR", "MASTER_PORT",
+    # Not secrets: markers the test suites find the processes they started by.
+    "RANKZERO_RUNS_DIR", "RANKZERO_TEST_RUN",
+})  # fmt: skip
+RANK_ENV_PREFIXES = (
+    "LC_", "PYTHON", "CUDA", "NCCL", "TORCH", "OMP_", "MKL_", "KMP_", "GLOO_", "NVIDIA_", "CUBLAS", "CUDNN",
+)  # fmt: skip
+
+
+def _passed_to_ranks(name: str, extra: frozenset[str]) -> bool:
+    return name in RANK_ENV_NAMES or name in extra or name.startswith(RANK_ENV_PREFIXES)
+
+
+def rank_env(mark: str, cuda_visible_devices: str | None, settings: Settings | None = None) -> dict[str, str]:
+    """The environment of torchrun and its ranks: the allow-listed part of ours plus what the trainer needs."""
+    extra = frozenset(settings.rank_env_names) if settings is not None else frozenset()
+    env = {k: v for k, v in os.environ.items() if _passed_to_ranks(k, extra)}
+    if settings is not None:
+        env.update(dataset_env(settings))  # the data-path rules the API applied at submit, checked again
     env[MARK_ENV] = mark
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default too; explicit so N ranks don't fight over cores
@@ -67,10 +93,17 @@ def rank_env(mark: str, cuda_visible_devices: str | None) -> dict[str, str]:
     return env
 
 
-def launch(
-    run: RunDir, spec: dict, job_id: int, attempt: int, nproc: int, cuda_visible_devices: str | None
+def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get the worker's env settings)
+    run: RunDir,
+    spec: dict,
+    job_id: int,
+    attempt: int,
+    nproc: int,
+    cuda_visible_devices: str | None,
+    settings: Settings | None = None,
 ) -> Launched:
     """Write the attempt's spec and start torchrun in its own process group."""
+    settings = settings if settings is not None else get_settings()
     run.root.mkdir(parents=True, exist_ok=True)
     run.checkpoints.mkdir(exist_ok=True)
     log_dir = run.attempt_logs(attempt)
@@ -87,7 +120,7 @@ def launch(
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=rank_env(mark, cuda_visible_devices),
+            env=rank_env(mark, cuda_visible_devices, settings),
             cwd=run.root,
             start_new_session=True,  # its own process group: a signal to the group reaches torchrun, never us
         )

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch.utils.data import Dataset, Subset
 
+from trainer.data.confine import confine_from_env
 from trainer.spec import DataSpec, is_user_code
 from trainer.user_code import import_user_function
 
@@ -98,7 +98,8 @@ def _torchvision_split(cls_name: str, mean: tuple[float, ...], std: tuple[float,
         import torchvision.datasets as tvd
 
         cls = getattr(tvd, cls_name)
-        root = str(args.get("root", "data"))
+        # Confined before torchvision touches (or, with download, creates) anything.
+        root = str(confine_from_env(args.get("root", "data"), "data.args.root"))
         download = bool(args.get("download", False))
         tf = _vision_transform(mean, std)
         try:
@@ -137,7 +138,7 @@ def _image_folder(args: dict[str, Any], seed: int) -> Dataset | tuple[Dataset, D
 
     if "path" not in args:
         raise ValueError("data 'image_folder' needs data.args.path: a folder with one sub-folder per class")
-    root = Path(args["path"])
+    root = confine_from_env(args["path"], "data.args.path")  # before anything lists the folder
     if not root.is_dir():
         raise FileNotFoundError(f"image_folder path {str(root)!r} is not a folder")
     steps = []

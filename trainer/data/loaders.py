@@ -46,7 +46,7 @@ class InMemoryLoader:
         return len(self.sampler)
 
 
-def train_loader(
+def train_loader(  # noqa: PLR0913 (train.py passes them positionally)
     dataset: Dataset,
     layout: BatchLayout,
     rank: int,
