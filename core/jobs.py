@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import update
 from sqlalchemy.engine import Connection, Engine
-from sqlmodel import Session
+from sqlmodel import Session, select
 
 from core.db import get_engine
 from core.job_state import ALLOWED, LIVE, IllegalTransition
@@ -31,9 +31,14 @@ UNDISPATCHED = datetime(2000, 1, 1, tzinfo=timezone.utc)
 # --- creating and moving ------------------------------------------------------------------------
 
 
-def create(session: Session, name: str, spec: dict[str, Any]) -> Job:
-    """Insert a queued job and its first timeline row; committed and refreshed."""
-    job = Job(name=name, spec=spec, status=S.queued)
+def create(session: Session, name: str, spec: dict[str, Any], queue: str, idempotency_key: str | None = None) -> Job:
+    """Insert a queued job and its first timeline row; committed and refreshed.
+
+    The row is born undispatched (a stale heartbeat): if the caller dies before its message reaches
+    the broker, the recovery sweep sends it. Raises IntegrityError when `idempotency_key` is taken.
+    """
+    job = Job(name=name, spec=spec, status=S.queued, queue=queue, idempotency_key=idempotency_key)
+    job.heartbeat_at = UNDISPATCHED
     session.add(job)
     session.flush()
     session.add(JobTransition(job_id=job.id, status=S.queued, at=job.created_at, attempt=0, detail="submitted"))
@@ -82,10 +87,19 @@ def claim(engine: Engine, job_id: int, runs_dir: Path) -> Job | None:
     host = socket.gethostname()
     with Session(engine) as s:
         won = transition(
-            s, job_id, S.starting, expect=S.queued, detail=f"claimed by {host}",
-            attempt=Job.attempt + 1, worker_host=host, heartbeat_at=utcnow(),
-            run_dir=str(job_run_dir(runs_dir, job_id)), pid=None, exit_code=None, failed_rank=None,
-        )  # fmt: skip
+            s,
+            job_id,
+            S.starting,
+            expect=S.queued,
+            detail=f"claimed by {host}",
+            attempt=Job.attempt + 1,
+            worker_host=host,
+            heartbeat_at=utcnow(),
+            run_dir=str(job_run_dir(runs_dir, job_id)),
+            pid=None,
+            exit_code=None,
+            failed_rank=None,
+        )
         s.commit()
         if not won:
             return None
@@ -150,6 +164,16 @@ def record_ingested(conn: Connection, job_id: int, seq: int, progress: dict[str,
     conn.execute(update(Job).where(Job.id == job_id).values(ingested_seq=seq, heartbeat_at=utcnow(), **progress))  # type: ignore[arg-type]
 
 
+def by_idempotency_key(session: Session, key: str) -> Job | None:
+    return session.exec(select(Job).where(Job.idempotency_key == key)).first()
+
+
+def mark_dispatched(job_id: int, settings: Settings) -> None:
+    """Its message is with the broker: the sweep leaves a queued job alone for `redispatch_after_s`."""
+    with get_engine(settings.resolved_database_url).begin() as conn:
+        conn.execute(update(Job).where(Job.id == job_id, Job.status == S.queued).values(heartbeat_at=utcnow()))  # type: ignore[arg-type]
+
+
 def mark_undispatched(job_id: int, settings: Settings) -> None:
     """Note on the row that job `job_id` (still queued) has no message: the recovery sweep resends it."""
     with get_engine(settings.resolved_database_url).begin() as conn:
@@ -157,11 +181,14 @@ def mark_undispatched(job_id: int, settings: Settings) -> None:
 
 
 def take_stale_queued(session: Session, job_id: int, seen_beat: datetime | None) -> bool:
-    """Take a stale queued job for re-dispatch: True for exactly one sweeper (heartbeat still `seen_beat`)."""
+    """Take a stale queued job for re-dispatch: True for exactly one sweeper (heartbeat still `seen_beat`).
+
+    Its heartbeat restarts now, so a message lost again (a flushed broker) is sent again one period later.
+    """
     result = session.execute(
         update(Job)
         .where(Job.id == job_id, Job.status == S.queued, Job.heartbeat_at == seen_beat)
-        .values(heartbeat_at=None)  # type: ignore[arg-type]
+        .values(heartbeat_at=utcnow())  # type: ignore[arg-type]
     )
     return result.rowcount == 1
 

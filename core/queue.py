@@ -96,8 +96,9 @@ def enqueue_or_defer(job_id: int, settings: Settings) -> bool:
     """`enqueue`, or when the broker is unreachable leave the job for the recovery sweep to resend. True: sent."""
     try:
         enqueue(job_id, settings)
-        return True
-    except Exception as exc:
+    except Exception as exc:  # any broker failure: the database row stays the truth
         log.warning("job %s: broker unreachable (%s); the recovery sweep will dispatch it", job_id, exc)
         jobs.mark_undispatched(job_id, settings)
         return False
+    jobs.mark_dispatched(job_id, settings)
+    return True

@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
+MIN_TOKEN_CHARS = 32
+GENERATE_TOKEN_HINT = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
+
+
+def check_token_strength(token: str, source: str = "RANKZERO_API_TOKEN") -> str:
+    """The token itself, or ValueError when it is too short to stand between the network and the API."""
+    if len(token.strip()) < MIN_TOKEN_CHARS:
+        raise ValueError(
+            f"{source} must be at least {MIN_TOKEN_CHARS} characters (got {len(token.strip())}); "
+            f"generate one with: {GENERATE_TOKEN_HINT}"
+        )
+    return token.strip()
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="RANKZERO_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="RANKZERO_", extra="ignore", hide_input_in_errors=True)
 
     data_dir: Path = Field(Path.home() / ".rankzero", description="Where the embedded defaults keep their files.")
     database_url: str | None = Field(None, description="SQLAlchemy URL; default: SQLite file in the data dir.")
@@ -25,6 +38,23 @@ class Settings(BaseSettings):
         None, description="Bearer token; default: generated once and kept in the data dir."
     )
     host: str = Field("127.0.0.1", description="API bind address.")
+    allowed_hosts: str = Field(
+        "",
+        description="Comma-separated extra Host header names the API answers (besides localhost, 127.0.0.1, ::1 "
+        "and the bind host); '*' allows any (not recommended: DNS rebinding).",
+    )
+    session_max_age_s: int = Field(
+        12 * 3600, ge=60, le=30 * 24 * 3600, description="Lifetime of a dashboard sign-in (session cookie)."
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, le=3600, description="A request body must arrive within this many seconds (else 408)."
+    )
+    anon_max_body_bytes: int = Field(
+        16_384, ge=1024, description="Largest body accepted from a request without credentials (the sign-in form)."
+    )
+    anon_body_concurrency: int = Field(
+        16, ge=1, le=10_000, description="Unauthenticated requests whose bodies are read at the same time."
+    )
     port: int = Field(8000, ge=1, le=65535, description="API port.")
     gpus: str | None = Field(
         None, description="GPU indices this worker may use, e.g. '0,1'; '' for none; default: all it sees."
@@ -52,6 +82,12 @@ class Settings(BaseSettings):
         12 * 3600.0,
         gt=0,
         description="Redis redelivers an unacked message after this long; the job claim makes redelivery harmless.",
+    )
+    redispatch_after_s: float = Field(
+        300.0,
+        gt=0,
+        description="A queued job no worker has vouched for this long is sent to the broker again (lost messages, "
+        "a flushed Redis); a repeated message is a no-op once the job is claimed.",
     )
     embedded_poll_s: float = Field(
         0.1, gt=0, le=60, description="How often a worker polls the embedded (SQLAlchemy) broker for messages."
@@ -81,6 +117,13 @@ class Settings(BaseSettings):
     rank_env: str = Field(
         "", description="Comma-separated extra environment variables the ranks get (beyond the built-in allow-list)."
     )
+
+    @field_validator("api_token")
+    @classmethod
+    def _strong_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            return SecretStr(check_token_strength(value.get_secret_value()))
+        return value
 
     @property
     def resolved_database_url(self) -> str:
@@ -125,12 +168,14 @@ class Settings(BaseSettings):
                 env[f"RANKZERO_{name.upper()}"] = (
                     value.get_secret_value() if isinstance(value, SecretStr) else str(value)
                 )
-        env.update({
-            "RANKZERO_DATABASE_URL": self.resolved_database_url,
-            "RANKZERO_BROKER_URL": self.resolved_broker_url,
-            "RANKZERO_RUNS_DIR": str(self.resolved_runs_dir),
-            "RANKZERO_API_TOKEN": self.token(),
-        })  # fmt: skip
+        env.update(
+            {
+                "RANKZERO_DATABASE_URL": self.resolved_database_url,
+                "RANKZERO_BROKER_URL": self.resolved_broker_url,
+                "RANKZERO_RUNS_DIR": str(self.resolved_runs_dir),
+                "RANKZERO_API_TOKEN": self.token(),
+            }
+        )
         return env
 
     def token(self) -> str:
@@ -139,10 +184,24 @@ class Settings(BaseSettings):
             return self.api_token.get_secret_value()
         path = self.data_dir / "api_token"
         if not path.exists():
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-            path.touch(mode=0o600)
-            path.write_text(secrets.token_urlsafe(32))
-        return path.read_text().strip()
+            self.ensure_data_dir()
+            write_private(path, secrets.token_urlsafe(32))
+        return check_token_strength(path.read_text(), source=str(path))
+
+    def ensure_data_dir(self) -> Path:
+        """The data dir, created owner-only (0700); an existing one is tightened to 0700 too."""
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = self.data_dir.stat()
+        if info.st_mode & 0o077 and info.st_uid == os.getuid():
+            self.data_dir.chmod(0o700)
+        return self.data_dir
+
+
+def write_private(path: Path, text: str) -> None:
+    """Create `path` readable by its owner only (0600, whatever the umask) and write `text` into it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
 
 
 @lru_cache

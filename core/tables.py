@@ -41,6 +41,7 @@ def _ts(**kw: Any) -> Any:
 
 class Job(SQLModel, table=True):
     __tablename__ = "jobs"
+    __table_args__ = (UniqueConstraint("idempotency_key", name="uq_jobs_idempotency_key"),)
 
     id: int | None = Field(default=None, primary_key=True)
     name: str = Field(index=True, max_length=100)
@@ -55,7 +56,11 @@ class Job(SQLModel, table=True):
 
     worker_host: str | None = None
     pid: int | None = None  # torchrun's pid (leader of its process group)
+    # While running: the supervisor's heartbeat. While queued: when a worker last vouched for its
+    # delivery (message sent, or a worker holding it waits for GPUs); stale → sent again.
     heartbeat_at: datetime | None = _ts()
+    queue: str | None = Field(default=None, max_length=100)  # the pool (Celery queue) it was submitted to
+    idempotency_key: str | None = Field(default=None, max_length=200)  # POST /jobs retries (unique)
 
     step: int = 0
     total_steps: int | None = None

@@ -16,7 +16,7 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import select, text
+from sqlalchemy import or_, select, text
 from sqlmodel import Session
 
 from core import jobs, queue
@@ -35,21 +35,38 @@ def _aware(ts: datetime | None) -> datetime | None:
     return ts
 
 
+EPOCH = datetime.fromtimestamp(0, timezone.utc)
+
+
+def _stale(status: JobStatus, beat: datetime | None, cutoff: datetime) -> bool:
+    if beat is None:
+        # A live job without a heartbeat has not been started by anyone yet; a queued one without one
+        # is a row from before dispatches were recorded: send it.
+        return status == S.queued
+    return beat <= cutoff
+
+
 def recover_once(settings: Settings) -> list[int]:
     """One sweep; returns the ids of jobs it requeued, failed, cancelled or re-dispatched."""
     engine = get_engine(settings.resolved_database_url)
-    cutoff = datetime.now(timezone.utc) - timedelta(seconds=settings.resolved_stale_after_s)
+    now = datetime.now(timezone.utc)
+    cutoff = now - timedelta(seconds=settings.resolved_stale_after_s)
+    # A queued job is sent again when nobody vouched for its message this long (lost, flushed broker).
+    queued_cutoff = now - timedelta(seconds=settings.redispatch_after_s)
     touched: list[int] = []
     with Session(engine) as s:
         rows = s.execute(
             select(Job.id, Job.status, Job.heartbeat_at, Job.attempt, Job.spec).where(
-                Job.status.in_([S.starting, S.running, S.cancelling, S.queued])
+                Job.status.in_([S.starting, S.running, S.cancelling, S.queued]),
+                # Only this pool's jobs: another queue's workers judge (and rerun) their own.
+                or_(Job.queue == settings.queue, Job.queue.is_(None)),
             )
         ).all()  # type: ignore[attr-defined]
     for job_id, status, raw_beat, attempt, spec in rows:
         beat = _aware(raw_beat)
-        if beat is None or beat > cutoff:
+        if not _stale(JobStatus(status), beat, queued_cutoff if status == S.queued else cutoff):
             continue
+        beat = beat or EPOCH
         status = JobStatus(status)
         since = f"no heartbeat since {beat.isoformat(timespec='seconds')}"
         with Session(engine) as s:
@@ -75,11 +92,15 @@ def recover_once(settings: Settings) -> list[int]:
                 except ValueError:
                     restarts = 0
                 if attempt <= restarts:
-                    won = jobs.transition(s, job_id, S.queued, expect=status, detail=f"worker lost ({since}); resuming from the latest checkpoint",
-                                     pid=None, heartbeat_at=None)  # fmt: skip
+                    detail = f"worker lost ({since}); resuming from the latest checkpoint"
+                    won = jobs.transition(
+                        s, job_id, S.queued, expect=status, detail=detail, pid=None, heartbeat_at=None
+                    )
                 else:
-                    msg = (f"worker {since} (host or worker died); the job was not restarted because max_restarts is {restarts}: "
-                           "resubmit with resume_from set to its latest checkpoint, or set max_restarts")  # fmt: skip
+                    msg = (
+                        f"worker {since} (host or worker died); the job was not restarted because max_restarts "
+                        f"is {restarts}: resubmit with resume_from set to its latest checkpoint, or set max_restarts"
+                    )
                     won = jobs.transition(s, job_id, S.failed, expect=status, detail="worker lost", error=msg, pid=None)
             s.commit()
         if won:

@@ -5,14 +5,16 @@ from __future__ import annotations
 import logging
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, Header, HTTPException, Query, Response, status
 from sqlalchemy import func
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
 from api import submit_policy
 from api.deps import JobId, SessionDep, SettingsDep, job_or_404
 from api.models import ErrorDetail, JobDetail, JobPage, JobPublic, TransitionPublic
 from core import jobs, queue
+from core.settings import Settings
 from core.tables import Job, JobStatus, JobTransition
 from trainer.spec import JobSpec
 
@@ -20,22 +22,66 @@ log = logging.getLogger(__name__)
 router = APIRouter(tags=["jobs"])
 
 
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        pattern=r"^[\x21-\x7e]{1,200}$",
+        description="Any unique string (a UUID): a retry with the same key and spec returns the job it created.",
+    ),
+]
+
+
 @router.post(
     "/jobs",
     status_code=status.HTTP_201_CREATED,
     response_model=JobPublic,
-    responses={422: {"description": "The spec is invalid or refused by this server."}},
+    responses={
+        200: {"description": "A retry: the job this Idempotency-Key already created."},
+        409: {"model": ErrorDetail, "description": "The Idempotency-Key was used with another spec."},
+        422: {"description": "The spec is invalid or refused by this server."},
+    },
 )
-def submit_job(spec: JobSpec, session: SessionDep, settings: SettingsDep) -> JobPublic:
+def submit_job(
+    spec: JobSpec,
+    session: SessionDep,
+    settings: SettingsDep,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
+) -> JobPublic:
     """Queue a training job. The body is a JobSpec (GET /api/schema/job-spec); unknown fields are refused."""
+    if idempotency_key and (done := jobs.by_idempotency_key(session, idempotency_key)) is not None:
+        return _replay(done, spec, settings, response)
     try:
         spec = submit_policy.apply(spec, settings)
     except submit_policy.SpecRefused as exc:
         raise HTTPException(422, [{"loc": list(exc.loc), "msg": exc.msg, "type": "value_error"}]) from None
-    job = jobs.create(session, spec.name, spec.model_dump(mode="json"))
-    # The database row is the truth: a job whose message cannot be sent stays queued, and the
-    # workers' recovery sweep (not this request) dispatches it. So a broker problem is not returned.
+    try:
+        job = jobs.create(session, spec.name, spec.model_dump(mode="json"), settings.queue, idempotency_key)
+    except IntegrityError:  # a concurrent retry with the same key won the insert
+        session.rollback()
+        return _replay(jobs.by_idempotency_key(session, idempotency_key or ""), spec, settings, response)
+    # The row is born undispatched: if this process dies before the message is sent, or the broker is
+    # down, the workers' recovery sweep sends it. So a broker problem is not returned.
     queue.enqueue_or_defer(job.id, settings)
+    return JobPublic.from_row(job)
+
+
+def _replay(job: Job | None, spec: JobSpec, settings: Settings, response: Response) -> JobPublic:
+    """The answer to a retried submit: the job the key created, if the spec is the same."""
+    if job is None:  # cannot happen: keys are never deleted while their job exists
+        raise HTTPException(status.HTTP_409_CONFLICT, "Idempotency-Key conflict; retry the request")
+    try:
+        incoming = submit_policy.check_resume_from(spec, settings).model_dump(mode="json")
+    except submit_policy.SpecRefused:
+        incoming = None
+    if incoming != job.spec:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            f"this Idempotency-Key already created job {job.id} with another spec: use a new key for a new job",
+        )
+    response.status_code = status.HTTP_200_OK
+    response.headers["Idempotent-Replayed"] = "true"
     return JobPublic.from_row(job)
 
 

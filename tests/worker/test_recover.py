@@ -37,10 +37,46 @@ def test_recovery_sweep(api_settings, database_url, monkeypatch):
     assert set(touched) == {dead_no_restarts, dead_restartable, dead_cancelling, held_queued}
     assert sorted(sent) == sorted([dead_restartable, held_queued])
     with Session(get_engine(database_url)) as s:
-        get = lambda i: s.get(Job, i)
+
+        def get(i):
+            return s.get(Job, i)
+
         assert get(dead_no_restarts).status == JobStatus.failed and "max_restarts" in get(dead_no_restarts).error
         assert get(dead_restartable).status == JobStatus.queued
         assert get(dead_cancelling).status == JobStatus.cancelled
         assert get(alive).status == JobStatus.running
-        assert get(held_queued).heartbeat_at is None
+        # Sent again, and vouched for from now on: sent once more only if it is lost again.
+        beat = get(held_queued).heartbeat_at
+        assert (beat.replace(tzinfo=beat.tzinfo or timezone.utc) - datetime.now(timezone.utc)).total_seconds() > -30
     assert recover.recover_once(settings) == []  # nothing twice
+
+
+def test_queued_jobs_are_resent_only_after_redispatch_after_s_and_only_in_their_pool(
+    api_settings, database_url, monkeypatch
+):
+    """Hardening items 14 and 16: the database is the queue of record (a message lost in a crash between
+    commit and send, or in a flushed Redis, is sent again), but a sweeper never touches another pool's jobs."""
+    from core import jobs
+    from worker import recover
+
+    sent: list[int] = []
+    monkeypatch.setattr(recover.queue, "enqueue", lambda job_id, settings: sent.append(job_id))
+    settings = api_settings(database_url=database_url, heartbeat_s=1.0, redispatch_after_s=300)
+    upgrade(database_url)
+    with Session(get_engine(database_url)) as s:
+        # The API committed the row and died before sending: born undispatched.
+        never_sent = jobs.create(s, "never-sent", {"name": "never-sent", "max_steps": 5}, queue=settings.queue).id
+        other_pool = jobs.create(s, "other", {"name": "other", "max_steps": 5}, queue="another-pool").id
+    waiting = _add(database_url, JobStatus.queued, 120)  # sent 2 min ago, still in the broker: leave it
+    lost = _add(database_url, JobStatus.queued, 600)  # sent 10 min ago and never picked up: maybe lost
+    other_dead = _add(database_url, JobStatus.running, 600)
+    with Session(get_engine(database_url)) as s:
+        s.get(Job, other_dead).queue = "another-pool"
+        s.commit()
+    touched = recover.recover_once(settings)
+    assert sorted(sent) == sorted([never_sent, lost])
+    assert set(touched) == {never_sent, lost}
+    with Session(get_engine(database_url)) as s:
+        assert s.get(Job, other_dead).status == JobStatus.running  # another pool's job: not ours to judge
+        assert s.get(Job, other_pool).status == JobStatus.queued
+    assert waiting not in sent
