@@ -117,6 +117,23 @@ class Settings(BaseSettings):
     rank_env: str = Field(
         "", description="Comma-separated extra environment variables the ranks get (beyond the built-in allow-list)."
     )
+    # --- code bundles (core/bundles.py; `rankzero submit --code DIR`) ---
+    allow_code_upload: bool = Field(
+        True, description="Accept code bundles (POST /api/code); false refuses uploads (403)."
+    )
+    max_bundle_bytes: int = Field(100_000_000, ge=1024, description="Largest code bundle, compressed (tar.gz).")
+    max_bundle_unpacked_bytes: int = Field(
+        1_000_000_000, ge=1024, description="Largest code bundle once unpacked (sum of its file sizes)."
+    )
+    max_bundle_files: int = Field(100_000, ge=1, description="Most files in a code bundle.")
+    bundle_retention_s: float = Field(
+        7 * 24 * 3600.0,
+        ge=0,
+        description="A bundle no queued/running job uses, and none finished within this long, is removed.",
+    )
+    api_url: str | None = Field(
+        None, description="The API's URL, for workers on hosts without the shared runs dir (they fetch bundles)."
+    )
 
     @field_validator("api_token")
     @classmethod
