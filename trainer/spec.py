@@ -230,6 +230,12 @@ class JobSpec(StrictModel):
     stall_timeout_s: float | None = Field(
         None, ge=10.0, le=7 * 24 * 3600.0, description="Fail (or restart) the job when no event arrives for this long."
     )
+    code: str | None = Field(
+        None,
+        pattern=r"^sha256:[0-9a-f]{64}$",
+        description="An uploaded code bundle ('sha256:<hex>', from POST /api/code or `rankzero submit --code DIR`); "
+        "it goes first on the ranks' PYTHONPATH.",
+    )
 
     @field_validator("resume_from")
     @classmethod
