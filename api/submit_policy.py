@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import os
+
+from sqlalchemy import func, select
+from sqlmodel import Session
 
 from core import capacity
+from core.db import get_engine
 from core.paths import UnsafePath, inside_dataset_roots, inside_runs_dir
 from core.settings import Settings
+from core.tables import TERMINAL_STATUSES, Job
 from trainer.data import confine
 from trainer.spec import JobSpec
 
@@ -24,6 +31,14 @@ class SpecRefused(ValueError):
         super().__init__(msg)
         self.loc = loc
         self.msg = msg
+
+
+class QuotaExceeded(SpecRefused):
+    """The spec is fine but the server has enough work for now: answer 429 with Retry-After."""
+
+    def __init__(self, loc: tuple[str, ...], msg: str, retry_after_s: int = 30) -> None:
+        super().__init__(loc, msg)
+        self.retry_after_s = retry_after_s
 
 
 def _module_allowed(module: str, prefixes: list[str]) -> bool:
@@ -105,6 +120,147 @@ def check_capacity(spec: JobSpec, settings: Settings) -> None:
         raise SpecRefused(("body", "nproc"), reason)
 
 
+# --- resource limits (each names its setting) ---------------------------------------------------
+
+RESNET_BODY_PARAMS = {18: 11_166_976, 50: 23_498_496}  # without conv1, the batch-norm after it, and fc
+RESNET_FEATURES = {18: 512, 50: 2048}
+
+
+def _limit(loc: tuple[str, ...], what: str, value: int, limit: int, setting: str, hint: str) -> SpecRefused:
+    return SpecRefused(
+        loc, f"{what} is {value:,}, over this server's limit of {limit:,} (RANKZERO_{setting.upper()}); {hint}"
+    )
+
+
+def cpu_rank_limit(settings: Settings) -> int:
+    """Most ranks of a CPU job: RANKZERO_MAX_CPU_RANKS, else the API host's CPU count."""
+    return settings.max_cpu_ranks or os.cpu_count() or 1
+
+
+def check_cpu_ranks(spec: JobSpec, settings: Settings) -> None:
+    if capacity.gpus_needed(spec, capacity.largest_gpu_count(settings)) != 0:
+        return  # a GPU job: check_capacity compares nproc with the GPUs
+    limit = cpu_rank_limit(settings)
+    if spec.nproc > limit:
+        raise _limit(
+            ("body", "nproc"),
+            "nproc of a CPU job",
+            spec.nproc,
+            limit,
+            "max_cpu_ranks",
+            "each rank takes a core: lower nproc (accumulation_steps keeps the global batch)",
+        )
+
+
+def check_loader_and_batch(spec: JobSpec, settings: Settings) -> None:
+    if spec.data.num_workers > settings.max_num_workers:
+        raise _limit(
+            ("body", "data", "num_workers"),
+            "data.num_workers (DataLoader workers per rank)",
+            spec.data.num_workers,
+            settings.max_num_workers,
+            "max_num_workers",
+            "lower it",
+        )
+    if spec.global_batch_size > settings.max_global_batch:
+        raise _limit(
+            ("body", "batch_size"),
+            "the global batch (batch_size × accumulation_steps × nproc × nnodes)",
+            spec.global_batch_size,
+            settings.max_global_batch,
+            "max_global_batch",
+            "lower batch_size or accumulation_steps",
+        )
+
+
+def _int_arg(args: dict, key: str, default: int, loc: tuple[str, ...]) -> int:
+    value = args.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SpecRefused((*loc, key), f"{'.'.join(loc[1:])}.{key} must be a whole number ≥ 0 (got {value!r})")
+    return value
+
+
+def _int_list_arg(args: dict, key: str, default: list[int], loc: tuple[str, ...]) -> list[int]:
+    value = args.get(key, default)
+    items = [value] if isinstance(value, int) and not isinstance(value, bool) else value
+    if not isinstance(items, list) or not items:
+        raise SpecRefused((*loc, key), f"{'.'.join(loc[1:])}.{key} must be a whole number or a list of them")
+    return [_int_arg({key: v}, key, 0, loc) for v in items]
+
+
+def model_params(spec: JobSpec) -> int | None:
+    """Parameters of a built-in model from its args (None for user code, which the server cannot size)."""
+    args, loc = spec.model.args, ("body", "model", "args")
+    if spec.model.name == "mlp":
+        prev, total = _int_arg(args, "in_features", 64, loc), 0
+        for width in [*_int_list_arg(args, "hidden", [128], loc), _int_arg(args, "num_classes", 10, loc)]:
+            total += prev * width + width
+            prev = width
+        return total
+    if spec.model.name == "convnet":
+        c, k = _int_arg(args, "in_channels", 1, loc), _int_arg(args, "num_classes", 10, loc)
+        return (32 * c * 9 + 32) + 64 + (64 * 32 * 9 + 64) + 128 + (64 * 16 * 128 + 128) + (128 * k + k)
+    if spec.model.name in ("resnet18", "resnet50"):
+        depth = int(spec.model.name[6:])
+        c, k = _int_arg(args, "in_channels", 3, loc), _int_arg(args, "num_classes", 10, loc)
+        return RESNET_BODY_PARAMS[depth] + 64 * c * 49 + 128 + RESNET_FEATURES[depth] * k + k
+    return None
+
+
+def data_elements(spec: JobSpec) -> int | None:
+    """Numbers a generated data set holds (inputs, targets and the label map); None for the others."""
+    args, loc = spec.data.args, ("body", "data", "args")
+    if spec.data.name == "synthetic":
+        n, f = _int_arg(args, "num_samples", 1024, loc), _int_arg(args, "num_features", 32, loc)
+        key = "num_outputs" if args.get("task") == "regression" else "num_classes"
+        out = _int_arg(args, key, 1 if key == "num_outputs" else 10, loc)
+        return n * f + f * out + n * out
+    if spec.data.name == "fake":
+        n = _int_arg(args, "num_samples", 256, loc)
+        return n * math.prod(_int_list_arg(args, "image_size", [3, 32, 32], loc))
+    return None
+
+
+def check_sizes(spec: JobSpec, settings: Settings) -> None:
+    params = model_params(spec)
+    if params is not None and params > settings.max_model_params:
+        raise _limit(
+            ("body", "model", "args"),
+            f"the parameter count of model {spec.model.name!r}",
+            params,
+            settings.max_model_params,
+            "max_model_params",
+            "make it smaller",
+        )
+    elements = data_elements(spec)
+    if elements is not None and elements > settings.max_data_elements:
+        raise _limit(
+            ("body", "data", "args"),
+            f"data {spec.data.name!r} (samples × sample size, per rank)",
+            elements,
+            settings.max_data_elements,
+            "max_data_elements",
+            "lower num_samples or the sample size",
+        )
+
+
+def active_jobs(settings: Settings) -> int:
+    """Jobs queued or running (any state short of finished)."""
+    with Session(get_engine(settings.resolved_database_url)) as session:
+        query = select(func.count()).select_from(Job).where(Job.status.not_in(list(TERMINAL_STATUSES)))  # type: ignore[attr-defined]
+        return int(session.execute(query).scalar_one())
+
+
+def check_quota(settings: Settings) -> None:
+    active = active_jobs(settings)
+    if active >= settings.max_active_jobs:
+        raise QuotaExceeded(
+            ("body",),
+            f"{active:,} jobs are queued or running, this server's limit is {settings.max_active_jobs:,} "
+            "(RANKZERO_MAX_ACTIVE_JOBS): submit again when some have finished, or cancel some",
+        )
+
+
 def apply(spec: JobSpec, settings: Settings) -> JobSpec:
     """Run every submit check; return the spec to store (paths resolved)."""
     check_plain_text(spec)
@@ -113,4 +269,8 @@ def apply(spec: JobSpec, settings: Settings) -> JobSpec:
     spec = check_resume_from(spec, settings)
     spec = check_data_paths(spec, settings)
     check_capacity(spec, settings)
+    check_cpu_ranks(spec, settings)
+    check_loader_and_batch(spec, settings)
+    check_sizes(spec, settings)
+    check_quota(settings)  # last: a spec the server would refuse anyway is told so, not to wait
     return spec
