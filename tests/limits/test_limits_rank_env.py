@@ -65,6 +65,30 @@ def test_ranks_never_see_the_token_or_the_database_and_broker_urls(worker_env, t
         assert not [k for k in env if k.startswith("RANKZERO_") and k not in ALLOWED_RANKZERO], env
 
 
+def test_the_real_trainer_ranks_see_no_secrets(worker_env, monkeypatch, tmp_path: Path) -> None:
+    from trainer.run_dir import RunDir
+    from worker.launch import launch
+
+    monkeypatch.delenv("RANKZERO_TRAINER_MODULE")  # the real trainer; the model factory records the env
+    run = RunDir(tmp_path / "runs" / "job_2")
+    spec = {
+        "name": "env", "model": {"name": "limits_env_model:make_model", "args": {"out": str(tmp_path)}},
+        "data": {"name": "synthetic", "args": {"num_samples": 64, "num_features": 8, "num_classes": 3}},
+        "batch_size": 8, "nproc": 2, "device": "cpu", "max_steps": 2, "checkpoint": {"every_epochs": None},
+    }  # fmt: skip
+    launched = launch(run, spec, 2, 1, 2, None)
+    try:
+        assert launched.proc.wait(timeout=240) == 0, launched.launcher_log.read_text()
+    finally:
+        if launched.proc.poll() is None:
+            launched.proc.kill()
+    for rank in (0, 1):
+        env = json.loads((tmp_path / f"model_env_rank_{rank}.json").read_text())
+        assert env["RANK"] == str(rank)
+        leaked = [name for name, value in SECRETS.items() if name in env or value in json.dumps(env)]
+        assert not leaked, f"rank {rank} got {leaked}"
+
+
 ALLOWED_RANKZERO = {
     "RANKZERO_JOB_MARK",
     "RANKZERO_TRAINER_DATA_ROOTS",
