@@ -21,9 +21,11 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
 
 # Front-end libraries come from the npm registry (web/package.json + lockfile), copied into web/static/vendor.
 web/static/vendor/.built: web/package.json web/package-lock.json
-	cd web && npm ci --no-audit --no-fund --loglevel=error
+	cd web && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
 	mkdir -p web/static/vendor
 	cp web/node_modules/uplot/dist/uPlot.iife.min.js web/node_modules/uplot/dist/uPlot.min.css web/static/vendor/
+	mkdir -p web/static/vendor/swagger-ui
+	cp web/node_modules/swagger-ui-dist/swagger-ui-bundle.js web/node_modules/swagger-ui-dist/swagger-ui.css web/static/vendor/swagger-ui/
 	touch $@
 
 web: web/static/vendor/.built

@@ -2,7 +2,8 @@
 
 Migrates the database on creation (so every way of starting the API, tests included, runs on the
 newest schema), mounts the REST routes under /api behind auth, and the dashboard (api/routes/ui.py
-and web/static) when those are present.
+and web/static) when those are present. Outermost, a trusted-Host check (400 for any other Host:
+DNS rebinding) and the request limits of api/limits.py guard every route.
 """
 
 from __future__ import annotations
@@ -13,32 +14,59 @@ from pathlib import Path
 
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from api import errors
+from api import docs, errors
 from api.auth import require_auth
 from api.limits import RequestLimitsMiddleware
 from api.routes import checkpoints, health, jobs, logs, metrics, schema, stream
 from core import migrate
-from core.settings import Settings, get_settings
+from core.settings import LOOPBACK_HOSTS, Settings, get_settings
 
 WEB_STATIC = Path(__file__).resolve().parent.parent / "web" / "static"
 API_PREFIX = "/api"
+# Starlette's TestClient sends `Host: testserver`; a single-label name no public DNS serves.
+TEST_CLIENT_HOST = "testserver"
+WILDCARD_BINDS = {"0.0.0.0", "::", ""}
+
+
+def trusted_hosts(settings: Settings) -> list[str]:
+    """Host header values the API answers: loopback names, the bind host, RANKZERO_ALLOWED_HOSTS."""
+    names = {*LOOPBACK_HOSTS, TEST_CLIENT_HOST, *([] if settings.host in WILDCARD_BINDS else [settings.host])}
+    names.update(h.strip().lower() for h in settings.allowed_hosts.split(",") if h.strip())
+    # IPv6 literals arrive in brackets (Host: [::1]:8000).
+    return sorted(f"[{n}]" if ":" in n and not n.startswith("[") else n for n in names)
+
+
+def _private_data_dir(settings: Settings) -> None:
+    """The data dir 0700 and the SQLite files in it 0600, whoever created them and whatever the umask."""
+    settings.ensure_data_dir()
+    for path in settings.data_dir.glob("*.db*"):
+        if path.is_file() and path.stat().st_mode & 0o077:
+            path.chmod(0o600)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    settings.token()  # a weak token in the token file stops the start here, with the fix in the message
+    _private_data_dir(settings)
     migrate.upgrade(settings.resolved_database_url)
+    _private_data_dir(settings)
 
     app = FastAPI(
         title="rankzero",
         summary="Submit and watch PyTorch training jobs (torchrun DDP / gradient accumulation).",
         version="0.1.0",
-        docs_url="/docs",
+        docs_url=None,  # api/docs.py serves /docs from local assets (FastAPI's default uses a CDN)
+        redoc_url=None,
+        swagger_ui_oauth2_redirect_url=None,
         openapi_url="/openapi.json",
     )
     app.state.settings = settings
     errors.install(app)
-    app.add_middleware(RequestLimitsMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestLimitsMiddleware, settings=settings)
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=trusted_hosts(settings), www_redirect=False)
+    app.include_router(docs.router)
 
     protected = APIRouter(dependencies=[Depends(require_auth)])
     for module in (jobs, metrics, checkpoints, logs, stream, schema):

@@ -2,7 +2,11 @@
 
 Refuses to bind a non-loopback address unless an API token is configured: a generated token
 kept in a local file is fine for 127.0.0.1, but a service reachable from the network must have
-a token its operator chose and knows.
+a token its operator chose and knows (at least 32 characters: Settings refuses shorter ones).
+
+uvicorn runs with bounds against slow or many clients (`UVICORN_LIMITS`): at most
+`limit_concurrency` connections at once (503 past it), idle keep-alive connections closed after
+5 s, request heads at most 16 KiB. Bodies get their deadline in api/limits.py.
 """
 
 from __future__ import annotations
@@ -12,6 +16,13 @@ import ipaddress
 import uvicorn
 
 from core.settings import LOOPBACK_HOSTS, Settings
+
+UVICORN_LIMITS: dict[str, object] = {
+    "limit_concurrency": 512,
+    "timeout_keep_alive": 5,
+    "h11_max_incomplete_event_size": 16 * 1024,
+    "backlog": 256,
+}
 
 
 class UnsafeBind(RuntimeError):
@@ -47,6 +58,8 @@ def serve(settings: Settings, **uvicorn_options: object) -> None:
         "port": settings.port,
         "log_level": "info",
         "proxy_headers": False,
+        "server_header": False,
+        **UVICORN_LIMITS,
     }
     options.update(uvicorn_options)
     uvicorn.run(app, **options)  # type: ignore[arg-type]

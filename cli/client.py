@@ -50,7 +50,8 @@ class Api:
             r = self.http.request(method, path, **kw)
         except httpx.TransportError as exc:
             raise CliError(
-                f"cannot reach the API at {self.url} ({exc}): start it with `rankzero up`, or pass --url / set RANKZERO_URL"
+                f"cannot reach the API at {self.url} ({exc}): "
+                "start it with `rankzero up`, or pass --url / set RANKZERO_URL"
             ) from None
         return self._check(r).json()
 

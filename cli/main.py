@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import yaml
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -37,13 +39,33 @@ TokenOpt = Annotated[
 
 
 def _api(url: str | None, token: str | None) -> Api:
-    settings = Settings()
-    return Api(url or default_url(settings), token or settings.token())
+    # A token given here is only sent, never served: the local settings need not accept it.
+    settings = _settings(api_token=None) if token else _settings()
+    try:
+        return Api(url or default_url(settings), token or settings.token())
+    except ValueError as exc:  # a weak token in the token file
+        _fail(str(exc), code=2)
+        raise
 
 
 def _fail(message: str, code: int = 1) -> None:
     err.print(f"[red]error:[/red] {message}")
     raise typer.Exit(code)
+
+
+def _settings(**overrides: Any) -> Settings:
+    """Settings from the environment (+ overrides); an invalid one (a short RANKZERO_API_TOKEN) exits 2 saying why."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(f"RANKZERO_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
+        _fail(f"invalid settings: {problems}", code=2)
+        raise
+
+
+def _private_files() -> None:
+    """Everything this process and its children create (data dir, database, token, logs, runs) is owner-only."""
+    os.umask(0o077)
 
 
 def _run(fn: Any) -> Any:
@@ -68,13 +90,17 @@ def up(
     from cli.serve import start_worker_process, stop_process
     from core.migrate import upgrade
 
-    settings = Settings(**({"port": port} if port else {}))
+    _private_files()
+    settings = _settings(**({"port": port} if port else {}))
     settings = settings.model_copy(
         update={"host": "127.0.0.1"}
     )  # `up` is the local default; `rankzero api` binds elsewhere
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.ensure_data_dir()
     upgrade(settings.resolved_database_url)
-    token = settings.token()
+    try:
+        token = settings.token()
+    except ValueError as exc:
+        _fail(str(exc), code=2)
     worker = start_worker_process(settings, concurrency, settings.data_dir / "worker.log")
     url = default_url(settings)
     console.print(
@@ -102,10 +128,11 @@ def api(
         overrides["host"] = host
     if port:
         overrides["port"] = port
-    settings = Settings(**overrides)
+    _private_files()
+    settings = _settings(**overrides)
     try:
         serve(settings)
-    except UnsafeBind as exc:
+    except (UnsafeBind, ValueError) as exc:
         _fail(str(exc), code=2)
 
 
@@ -122,7 +149,8 @@ def worker(
     """Run only a worker (Celery), using RANKZERO_BROKER_URL / RANKZERO_DATABASE_URL when set."""
     from cli.serve import run_worker
 
-    run_worker(Settings(), concurrency, pool, loglevel)
+    _private_files()
+    run_worker(_settings(), concurrency, pool, loglevel)
 
 
 # --- talking to it ---------------------------------------------------------------------------
@@ -200,9 +228,9 @@ def show(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """A job's details and timeline."""
     job = _run(lambda: _api(url, token).get(f"/jobs/{job_id}"))
     table = Table(show_header=False)
-    for key in ("id", "name", "status", "strategy", "global_batch_size", "attempt", "worker_host", "step", "total_steps",
-                "epoch", "samples", "samples_per_s", "eta_s", "latest_loss", "created_at", "started_at", "finished_at",
-                "failed_rank", "exit_code"):  # fmt: skip
+    for key in ("id", "name", "status", "strategy", "global_batch_size", "attempt", "worker_host", "step",
+                "total_steps", "epoch", "samples", "samples_per_s", "eta_s", "latest_loss", "created_at", "started_at",
+                "finished_at", "failed_rank", "exit_code"):  # fmt: skip
         if job.get(key) is not None:
             table.add_row(key, str(job[key]))
     console.print(table)
@@ -215,7 +243,7 @@ def show(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
 
 
 @app.command()
-def logs(
+def logs(  # noqa: PLR0913 (one parameter per command-line option)
     job_id: int,
     rank: Annotated[int, typer.Option(help="Rank whose log to show.")] = 0,
     stream: Annotated[str, typer.Option(help="stderr or stdout.")] = "stderr",
@@ -278,7 +306,8 @@ def download(
         rows = [c for c in rows if c["step"] == step]
     if not rows:
         _fail(
-            f"job {job_id} has no checkpoint{f' at step {step}' if step is not None else ''}: see `rankzero checkpoints {job_id}`"
+            f"job {job_id} has no checkpoint{f' at step {step}' if step is not None else ''}: "
+            f"see `rankzero checkpoints {job_id}`"
         )
     ckpt = max(rows, key=lambda c: c["step"])
     target = out or Path(Path(ckpt["path"]).name)
@@ -295,7 +324,8 @@ def download(
     if digest.hexdigest() != ckpt["sha256"]:
         tmp.unlink(missing_ok=True)
         _fail(
-            f"sha256 mismatch for checkpoint {ckpt['id']}: got {digest.hexdigest()}, expected {ckpt['sha256']}; try again"
+            f"sha256 mismatch for checkpoint {ckpt['id']}: got {digest.hexdigest()}, "
+            f"expected {ckpt['sha256']}; try again"
         )
     tmp.replace(target)
     console.print(f"{target}  step {ckpt['step']}  {ckpt['bytes']} bytes  sha256 {ckpt['sha256']} ✓")

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import BinaryIO
 
 from core.settings import Settings
 
@@ -49,7 +50,6 @@ def _die_with_parent() -> None:
 
 def start_worker_process(settings: Settings, concurrency: int | None, log_path: Path) -> subprocess.Popen[bytes]:
     """`rankzero worker` as a child in its own process group (for `rankzero up`)."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = [
         sys.executable,
         "-m",
@@ -58,9 +58,16 @@ def start_worker_process(settings: Settings, concurrency: int | None, log_path: 
         "--concurrency",
         str(concurrency or default_concurrency(settings)),
     ]
-    with open(log_path, "ab") as log:
-        return subprocess.Popen(cmd, env=settings_env(settings), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                cwd=Path(__file__).resolve().parent.parent, preexec_fn=_die_with_parent)  # fmt: skip
+    with open_private_log(log_path) as log:
+        return subprocess.Popen(cmd, env=settings_env(settings), stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=Path(__file__).resolve().parent.parent,
+                                preexec_fn=_die_with_parent)  # fmt: skip
+
+
+def open_private_log(path: Path) -> BinaryIO:
+    """Append to a log file readable by its owner only (0600, whatever the umask): logs carry job specs and paths."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:

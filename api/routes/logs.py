@@ -25,7 +25,7 @@ def _ranks(run: RunDir, stream: str, attempt: int | None) -> list[int]:
 
 
 @router.get("/jobs/{job_id}/logs", response_model=LogChunk, responses={404: {"model": ErrorDetail}})
-def get_logs(
+def get_logs(  # noqa: PLR0913 (one parameter per query field)
     job_id: JobId,
     session: SessionDep,
     settings: SettingsDep,

@@ -83,7 +83,8 @@ class _Cursor:
                 events.append(ServerSentEvent(json.dumps(progress), event="progress"))
             rows = session.execute(
                 text(
-                    "SELECT seq, name, step, value FROM metric_points WHERE job_id = :j AND seq > :s ORDER BY seq LIMIT :n"
+                    "SELECT seq, name, step, value FROM metric_points"
+                    " WHERE job_id = :j AND seq > :s ORDER BY seq LIMIT :n"
                 ),
                 {"j": job_id, "s": self.seq, "n": MAX_POINTS_PER_EVENT},
             ).all()

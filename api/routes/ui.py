@@ -16,12 +16,14 @@ from typing import Annotated, Any
 from urllib.parse import quote, urlsplit
 
 import yaml
-from fastapi import APIRouter, Depends, Form, HTTPException, Request, status
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi import APIRouter, Depends, Form, HTTPException, Query, Request, status
+from fastapi import Path as PathParam
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from sqlmodel import Session
 
-from api.auth import CSRF_HEADER, app_settings, clear_session, issue_session, session_csrf, token_matches
+from api.auth import CSRF_HEADER, app_settings, end_session, issue_session, session_csrf, token_matches
 from core.db import get_engine
 from core.paths import UnsafePath, run_dir_of
 from core.settings import Settings
@@ -37,19 +39,56 @@ CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'"
 )
-MAX_YAML_BYTES = 256 * 1024
+MAX_YAML_BYTES = 64 * 1024  # a spec is a few KB (its args at most 16 KiB); PyYAML takes ~1 s for 64 KB
+MAX_YAML_DEPTH = 32
+MAX_ID = 2**31 - 1
 
 router = APIRouter(include_in_schema=False)
 
 
 class _NoAliasLoader(yaml.SafeLoader):
-    """safe_load without anchors/aliases: a few hundred bytes of aliases can expand to gigabytes of JSON."""
+    """safe_load without anchors/aliases (a few hundred bytes of aliases can expand to gigabytes of
+    JSON) and at most MAX_YAML_DEPTH levels of nesting (PyYAML composes nodes recursively: deeper
+    input would exhaust the stack and answer 500)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
 
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.composer.ComposerError(None, None, "aliases (*name) are not supported", event.start_mark)
-        return super().compose_node(parent, index)
+        if self._depth >= MAX_YAML_DEPTH:
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", event.start_mark
+            )
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _spec_text_to_json(body: bytes) -> tuple[int, str]:
+    """(status, JSON text) for the raw editor's text; CPU-bound, so run in the threadpool."""
+    try:
+        value = yaml.load(body.decode("utf-8"), Loader=_NoAliasLoader)  # a SafeLoader subclass
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        return 400, json.dumps({"error": f"not valid YAML{where}: {problem}"})
+    except (ValueError, OverflowError) as exc:  # e.g. a date like 2024-13-45, an integer of 10,000 digits
+        return 400, json.dumps({"error": f"not valid YAML: {exc}"})
+    if not isinstance(value, dict):
+        return 400, json.dumps({"error": "the spec must be a mapping of fields (name: …, model: …)"})
+    try:
+        # default=str: YAML dates and the like become strings (the API then says whether they fit).
+        return 200, json.dumps({"spec": value}, default=str)
+    except (TypeError, ValueError) as exc:  # e.g. a date used as a mapping key
+        return 400, json.dumps({"error": f"the spec cannot be expressed as JSON: {exc}"})
 
 
 SettingsDep = Annotated[Settings, Depends(app_settings)]
@@ -145,7 +184,7 @@ def logout(request: Request, settings: SettingsDep, csrf: Annotated[str, Form(ma
     if expected is not None and (not _same_origin(request) or not token_matches(csrf, expected)):
         raise HTTPException(status.HTTP_403_FORBIDDEN, "sign-out needs the page's CSRF token")
     response = RedirectResponse("/login", status_code=status.HTTP_303_SEE_OTHER)
-    clear_session(response)
+    end_session(request, response, settings)
     return response
 
 
@@ -158,7 +197,7 @@ def jobs_page(request: Request, settings: SettingsDep) -> Response:
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
-def job_page(request: Request, settings: SettingsDep, job_id: int) -> Response:
+def job_page(request: Request, settings: SettingsDep, job_id: Annotated[int, PathParam(ge=1, le=MAX_ID)]) -> Response:
     csrf = session_csrf(request, settings)
     if csrf is None:
         return _to_login(request)
@@ -213,7 +252,10 @@ def _derived_name(name: str, suffix: str) -> str:
 
 @router.get("/new", response_class=HTMLResponse)
 def new_job_page(
-    request: Request, settings: SettingsDep, clone: int | None = None, resume: int | None = None
+    request: Request,
+    settings: SettingsDep,
+    clone: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
+    resume: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
 ) -> Response:
     csrf = session_csrf(request, settings)
     if csrf is None:
@@ -245,14 +287,5 @@ async def parse_spec_text(request: Request, settings: SettingsDep) -> Response:
     body = await request.body()
     if len(body) > MAX_YAML_BYTES:
         raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, "spec text too large")
-    try:
-        value = yaml.load(body.decode("utf-8"), Loader=_NoAliasLoader)
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        return JSONResponse({"error": f"not valid YAML{where}: {problem}"}, status_code=400)
-    if not isinstance(value, dict):
-        return JSONResponse({"error": "the spec must be a mapping of fields (name: …, model: …)"}, status_code=400)
-    # default=str: YAML dates and the like become strings (the API then says whether they fit).
-    return Response(json.dumps({"spec": value}, default=str), media_type="application/json")
+    code, text = await run_in_threadpool(_spec_text_to_json, body)  # parsing YAML must not stall the event loop
+    return Response(text, status_code=code, media_type="application/json")

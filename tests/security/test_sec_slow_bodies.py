@@ -1,0 +1,80 @@
+"""Hardening 3: slow bodies. Attack: many connections announce a 1 MiB body and trickle it, which
+made the server hold every connection (and its growing buffer) with no deadline."""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import time
+
+from conftest import HealthProbe, read_status
+
+CONNECTIONS = 200
+
+
+def _head(server, path: str, length: int, extra: str = "") -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: {server.host}:{server.port}\r\nContent-Length: {length}\r\n{extra}\r\n"
+    ).encode()
+
+
+def test_unauthenticated_trickled_bodies_are_refused_before_buffering(server) -> None:
+    socks = []
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with HealthProbe(server.base) as probe:
+        t0 = time.monotonic()
+        for _ in range(CONNECTIONS):
+            s = server.connect()
+            s.sendall(_head(server, "/api/jobs", 1 << 20) + b"{" + b" " * 4095)
+            socks.append(s)
+        deadline = t0 + 5  # all of them answered within 5 s, or the test fails
+        statuses = [read_status(s, timeout=max(0.01, deadline - time.monotonic())) for s in socks]
+        answered_s = time.monotonic() - t0
+        for s in socks:  # the attackers keep trickling: the server must have let go already
+            with contextlib.suppress(OSError):
+                s.sendall(b" " * 4096)
+    for s in socks:
+        s.close()
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
+    print(f"{CONNECTIONS} trickling connections: all answered in {answered_s:.2f} s, statuses {set(statuses)}, "
+          f"peak RSS +{grown_mb:.0f} MB, health worst {probe.worst * 1000:.0f} ms")  # fmt: skip
+    assert statuses == [401] * CONNECTIONS, statuses
+    assert probe.failures == 0 and probe.worst < 1.0
+    assert grown_mb < 100
+
+
+def test_unauthenticated_body_readers_are_few_and_timed(start_server) -> None:
+    server = start_server(body_timeout_s=2, anon_body_concurrency=4)
+    held = []
+    for _ in range(4):  # /login takes a body without credentials: these hold every slot
+        s = server.connect()
+        s.sendall(_head(server, "/login", 10_000, "Content-Type: application/x-www-form-urlencoded\r\n") + b"token=")
+        held.append(s)
+    time.sleep(0.3)
+    extra = server.connect()
+    extra.sendall(_head(server, "/login", 10_000) + b"token=")
+    t0 = time.monotonic()
+    assert read_status(extra, timeout=2) == 503  # past the limit: refused at once, nothing buffered
+    assert time.monotonic() - t0 < 1.0
+    t0 = time.monotonic()
+    assert [read_status(s, timeout=5) for s in held] == [408] * 4  # the deadline frees the slots
+    assert time.monotonic() - t0 < 4.0
+    for s in [*held, extra]:
+        s.close()
+
+
+def test_authenticated_body_has_a_deadline_too(start_server) -> None:
+    server = start_server(body_timeout_s=1.5)
+    s = server.connect()
+    s.sendall(_head(server, "/api/jobs", 5000, f"Authorization: Bearer {server.token}\r\n") + b'{"name": ')
+    t0 = time.monotonic()
+    assert read_status(s, timeout=5) == 408
+    assert time.monotonic() - t0 < 3.0
+    s.close()
+
+
+def test_oversized_declared_body_is_refused_unread(server) -> None:
+    s = server.connect()
+    s.sendall(_head(server, "/login", 1 << 30) + b"x" * 100)
+    assert read_status(s, timeout=2) == 413
+    s.close()
