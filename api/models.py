@@ -160,3 +160,21 @@ class Health(BaseModel):
 
 class ErrorDetail(BaseModel):
     detail: str
+
+
+class CodeBundle(BaseModel):
+    """A stored code bundle (POST /api/code): refer to it in a spec as `code: "sha256:<sha256>"`."""
+
+    sha256: str
+    bytes: int = Field(description="Compressed size (the tar.gz).")
+    files: int
+    unpacked_bytes: int
+
+
+class CodeFile(BaseModel):
+    path: str
+    size: int
+
+
+class CodeFiles(CodeBundle):
+    paths: list[CodeFile]

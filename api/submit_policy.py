@@ -15,7 +15,7 @@ import os
 from sqlalchemy import func, select
 from sqlmodel import Session
 
-from core import capacity
+from core import bundles, capacity
 from core.db import get_engine
 from core.paths import UnsafePath, inside_dataset_roots, inside_runs_dir
 from core.settings import Settings
@@ -46,8 +46,36 @@ def _module_allowed(module: str, prefixes: list[str]) -> bool:
     return any(module == p or module.startswith(p.rstrip(".") + ".") for p in prefixes)
 
 
+def check_code(spec: JobSpec, settings: Settings) -> None:
+    """A `code` bundle must be stored here, and must not hide rankzero's own trainer package."""
+    if spec.code is None:
+        return
+    try:
+        found = bundles.manifest(settings, spec.code)
+    except bundles.BundleError as exc:
+        raise SpecRefused(("body", "code"), f"code {spec.code}: {exc}") from None
+    if found is None:
+        raise SpecRefused(
+            ("body", "code"),
+            f"code {spec.code} is not stored on this server: upload the folder first, e.g. "
+            "`rankzero submit job.yaml --code DIR` (it packs, uploads and sets code), or POST the tar.gz to /api/code",
+        )
+    if "trainer" in found.top_level_modules():
+        raise SpecRefused(
+            ("body", "code"),
+            "the bundle has a top-level 'trainer' package or module, which would hide rankzero's trainer on the "
+            "ranks' PYTHONPATH: rename it (or move it into a package of its own)",
+        )
+
+
+def bundle_modules(spec: JobSpec, settings: Settings) -> list[str]:
+    """Top-level modules of the job's own bundle: user code from them needs no RANKZERO_ALLOWED_CODE entry."""
+    found = bundles.manifest(settings, spec.code) if spec.code else None
+    return sorted(found.top_level_modules()) if found else []
+
+
 def check_user_code(spec: JobSpec, settings: Settings) -> None:
-    prefixes = settings.allowed_code_prefixes
+    prefixes = settings.allowed_code_prefixes + bundle_modules(spec, settings)
     for field, name in (
         ("model", spec.model.name),
         ("data", spec.data.name),
@@ -265,6 +293,7 @@ def apply(spec: JobSpec, settings: Settings) -> JobSpec:
     """Run every submit check; return the spec to store (paths resolved)."""
     check_plain_text(spec)
     check_single_node(spec)
+    check_code(spec, settings)
     check_user_code(spec, settings)
     spec = check_resume_from(spec, settings)
     spec = check_data_paths(spec, settings)

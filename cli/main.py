@@ -176,12 +176,21 @@ def submit(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Show a progress bar with live loss and ETA until the job ends.")
     ] = False,
+    code: Annotated[
+        Path | None,
+        typer.Option(help="Pack this folder (.gitignore/.rankzeroignore honoured), upload it once, run with it."),
+    ] = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
 ) -> None:
     """Submit a job."""
     client = _api(url, token)
-    job = _run(lambda: client.post("/jobs", json=_load_spec(spec)))
+    body = _load_spec(spec)
+    if code is not None:
+        from cli.code import upload_code
+
+        body["code"] = _run(lambda: upload_code(client, code, console))
+    job = _run(lambda: client.post("/jobs", json=body))
     console.print(
         f"job [bold]{job['id']}[/] queued: {job['name']} ({job['strategy']}, global batch {job['global_batch_size']})"
     )

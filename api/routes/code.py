@@ -1,0 +1,171 @@
+"""Code bundles over REST: upload one (the archive as the raw body), ask whether one is stored, fetch one.
+
+The format, the checks and the store are core/bundles.py's. Credentials are checked from the
+headers before a byte of the body is read (api/limits.py lets this one route stream its body past
+the general 1 MiB limit only for a caller with credentials; `require_auth` runs before this
+handler). The body is streamed to a temp file in the store's folder, hashed as it arrives, cut off
+past RANKZERO_MAX_BUNDLE_BYTES, then every member is checked before the archive is kept: a bad
+archive is refused at upload, never at run time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from pathlib import Path as FsPath
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path, Request, Response, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse
+
+from api.deps import SettingsDep
+from api.models import CodeBundle, CodeFile, CodeFiles, ErrorDetail
+from core import bundles
+from core.settings import Settings
+
+router = APIRouter(tags=["code"])
+
+Sha256 = Annotated[str, Path(pattern=r"^[0-9a-f]{64}$", description="The bundle's sha256 (64 lowercase hex digits).")]
+ARCHIVE_TYPES = frozenset({"application/gzip", "application/x-gzip", "application/octet-stream"})
+SHA_HEADER = "X-Bundle-SHA256"
+# An upload may take body_timeout_s plus the time the largest bundle takes at this rate (a slow link
+# still gets through; a trickle cannot hold a connection for ever).
+MIN_UPLOAD_BYTES_PER_S = 256 * 1024
+UPLOADS_OFF = (
+    "code uploads are turned off on this server (RANKZERO_ALLOW_CODE_UPLOAD=false): use the built-in models, "
+    "or code installed on the workers and listed in RANKZERO_ALLOWED_CODE"
+)
+
+
+def _not_stored(sha256: str) -> HTTPException:
+    return HTTPException(
+        status.HTTP_404_NOT_FOUND,
+        f"no code bundle sha256:{sha256} on this server: upload it with `rankzero submit --code DIR` (POST /api/code)",
+    )
+
+
+async def _receive(request: Request, tmp: FsPath, settings: Settings) -> str:
+    """Stream the body into `tmp` within the size and time limits; its sha256."""
+    limit = settings.max_bundle_bytes
+    digest, size = hashlib.sha256(), 0
+    try:
+        async with asyncio.timeout(settings.body_timeout_s + limit / MIN_UPLOAD_BYTES_PER_S):
+            with open(tmp, "wb") as out:
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limit:
+                        raise HTTPException(
+                            status.HTTP_413_CONTENT_TOO_LARGE,
+                            str(bundles.too_large("compressed size", size, limit, "max_bundle_bytes")),
+                        )
+                    digest.update(chunk)
+                    out.write(chunk)
+    except TimeoutError:
+        raise HTTPException(status.HTTP_408_REQUEST_TIMEOUT, "the bundle did not arrive in time; retry") from None
+    if size == 0:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, "empty body: send the bundle (a tar.gz) as the request body")
+    return digest.hexdigest()
+
+
+def _check_request(request: Request, settings: Settings) -> None:
+    if not settings.allow_code_upload:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, UPLOADS_OFF)
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type not in ARCHIVE_TYPES:
+        raise HTTPException(
+            status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+            f"send the bundle as the raw body with Content-Type application/gzip (got {content_type or 'none'!r})",
+        )
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > settings.max_bundle_bytes:
+        raise HTTPException(
+            status.HTTP_413_CONTENT_TOO_LARGE,
+            str(bundles.too_large("compressed size", int(declared), settings.max_bundle_bytes, "max_bundle_bytes")),
+        )
+
+
+@router.post(
+    "/code",
+    status_code=status.HTTP_201_CREATED,
+    response_model=CodeBundle,
+    responses={
+        200: {"description": "Already stored (nothing written)."},
+        403: {"model": ErrorDetail, "description": "Uploads are turned off (RANKZERO_ALLOW_CODE_UPLOAD=false)."},
+        413: {"model": ErrorDetail, "description": "Over RANKZERO_MAX_BUNDLE_BYTES."},
+        422: {"model": ErrorDetail, "description": "Not a valid bundle, an unsafe member, or over a limit."},
+    },
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
+)
+async def upload_code(request: Request, response: Response, settings: SettingsDep) -> CodeBundle:
+    """Store a code bundle (a tar.gz, the raw body). 201 when new, 200 when already stored.
+
+    An optional `X-Bundle-SHA256` header is checked against what arrived.
+    """
+    _check_request(request, settings)
+    tmp = bundles.incoming(settings)
+    try:
+        sha256 = await _receive(request, tmp, settings)
+        expected = request.headers.get(SHA_HEADER)
+        if expected and expected.removeprefix(bundles.REF_PREFIX) != sha256:
+            raise HTTPException(
+                status.HTTP_400_BAD_REQUEST, f"{SHA_HEADER} {expected} does not match the body's sha256 {sha256}"
+            )
+        manifest, created = await run_in_threadpool(bundles.store, settings, tmp, sha256)
+    except bundles.BundleTooLarge as exc:
+        code = status.HTTP_413_CONTENT_TOO_LARGE if exc.setting == "max_bundle_bytes" else 422
+        raise HTTPException(code, str(exc)) from None
+    except bundles.BundleError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"code bundle refused: {exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return CodeBundle(sha256=sha256, bytes=manifest.bytes, files=manifest.files, unpacked_bytes=manifest.unpacked_bytes)
+
+
+@router.head("/code/{sha256}", responses={404: {"description": "Not stored: upload it."}})
+def has_code(sha256: Sha256, settings: SettingsDep) -> Response:
+    """200 when the bundle is stored (its size in X-Bundle-Bytes), else 404."""
+    path = bundles.archive_path(settings, sha256)
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return Response(status_code=status.HTTP_404_NOT_FOUND)
+    return Response(status_code=status.HTTP_200_OK, headers={"X-Bundle-Bytes": str(size)})
+
+
+@router.get(
+    "/code/{sha256}",
+    response_class=FileResponse,
+    responses={200: {"content": {"application/gzip": {}}}, 404: {"model": ErrorDetail}},
+)
+def download_code(sha256: Sha256, settings: SettingsDep) -> FileResponse:
+    """The bundle itself (for workers on hosts without the shared runs dir)."""
+    path = bundles.archive_path(settings, sha256)
+    if not path.is_file():
+        raise _not_stored(sha256)
+    return FileResponse(path, media_type="application/gzip", filename=f"{sha256}.tar.gz", headers={SHA_HEADER: sha256})
+
+
+@router.get("/code/{sha256}/files", response_model=CodeFiles, responses={404: {"model": ErrorDetail}})
+def list_code_files(sha256: Sha256, settings: SettingsDep) -> CodeFiles:
+    """Every file in the bundle, with its size."""
+    try:
+        found = bundles.manifest(settings, sha256)
+    except bundles.BundleError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"the stored bundle is unreadable: {exc}") from None
+    if found is None:
+        raise _not_stored(sha256)
+    return CodeFiles(
+        sha256=sha256,
+        bytes=found.bytes,
+        files=found.files,
+        unpacked_bytes=found.unpacked_bytes,
+        paths=[CodeFile(path=p, size=s) for p, s in found.paths],
+    )

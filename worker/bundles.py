@@ -1,0 +1,205 @@
+"""A job's code bundle on this host: found or fetched, unpacked once, read-only, first on the ranks' path.
+
+`code_dir(spec, settings)` is what the supervisor calls before launching an attempt: None for a job
+without `code`, else the folder to put first on the ranks' PYTHONPATH (`pythonpath_first`). It
+raises `BundleUnavailable` with a message fit for the job's error.
+
+- Where the archive comes from: the shared store (`<runs_dir>/.bundles/<sha256>.tar.gz`, the API's
+  own folder in embedded mode and docker-compose), else the API (`GET /api/code/<sha256>`, only when
+  RANKZERO_API_URL and a token are set on this worker), its sha256 checked as it arrives.
+- Where it is unpacked: `<data_dir>/bundles/<sha256>/`, once per host: a file lock per bundle makes
+  concurrent jobs wait for the first unpack instead of repeating it; the folder appears by an
+  atomic rename, complete, files 0444/0555 and folders 0555. Every member is checked again
+  (core/bundles.py `scan`) while unpacking.
+- Retention: `sweep(settings)` (the recovery loop's, throttled) removes stored bundles nothing refers
+  to (core.bundles.cleanup) and unpacked copies not used within the retention period.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from core import bundles
+from core.settings import Settings
+
+log = logging.getLogger("rankzero.worker")
+CACHE_DIRNAME = "bundles"
+PARTIAL_PREFIX = ".partial-"
+SWEEP_EVERY_S = 600.0
+FETCH_TIMEOUT_S = 60.0
+
+_last_sweep = 0.0
+_sweep_lock = threading.Lock()
+
+
+class BundleUnavailable(RuntimeError):
+    """The job's bundle cannot be made available on this host; the message says why and what to do."""
+
+
+def cache_dir(settings: Settings) -> Path:
+    return settings.data_dir / CACHE_DIRNAME
+
+
+def pythonpath_first(env: Mapping[str, str], folder: Path | None) -> dict[str, str]:
+    """`env` with `folder` first on PYTHONPATH (unchanged when None)."""
+    out = dict(env)
+    if folder is not None:
+        out["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), out.get("PYTHONPATH", "")) if p)
+    return out
+
+
+def code_dir(spec: Any, settings: Settings) -> Path | None:
+    """The unpacked bundle of a job (a JobSpec or its dict), or None when the job has no `code`."""
+    code = spec.get("code") if isinstance(spec, Mapping) else getattr(spec, "code", None)
+    return ensure(settings, code) if code else None
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "a+b") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def ensure(settings: Settings, code: str) -> Path:
+    """The folder holding bundle `code` unpacked on this host (unpacking it once, under a lock)."""
+    try:
+        sha256 = bundles.parse_ref(code)
+    except bundles.BundleError as exc:
+        raise BundleUnavailable(str(exc)) from None
+    root = cache_dir(settings)
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    final = root / sha256
+    if not final.is_dir():
+        with _locked(root / f".{sha256}.lock"):
+            if not final.is_dir():
+                _unpack(settings, sha256, final)
+    with contextlib.suppress(OSError):
+        os.utime(final)  # last used: the cache keeps it for the retention period from now
+    return final
+
+
+def _unpack(settings: Settings, sha256: str, final: Path) -> None:
+    archive, fetched = _archive(settings, sha256)
+    tmp = final.with_name(f"{PARTIAL_PREFIX}{sha256}-{secrets.token_hex(4)}")
+    try:
+        if bundles.file_sha256(archive) != sha256:
+            raise BundleUnavailable(f"code bundle sha256:{sha256}: the archive at {archive} does not match its digest")
+        tmp.mkdir(mode=0o700)
+        bundles.scan(archive, bundles.Limits.of(settings), dest=tmp)
+        bundles.make_read_only(tmp)
+        os.rename(tmp, final)
+        log.info("code bundle %s unpacked into %s", sha256, final)
+    except bundles.BundleError as exc:
+        raise BundleUnavailable(f"code bundle sha256:{sha256} cannot be unpacked: {exc}") from None
+    finally:
+        bundles.remove_tree(tmp)
+        if fetched:
+            archive.unlink(missing_ok=True)
+
+
+def _token(settings: Settings) -> str | None:
+    if settings.api_token is not None:
+        return settings.api_token.get_secret_value()
+    path = settings.data_dir / "api_token"
+    return path.read_text().strip() if path.is_file() else None
+
+
+def _archive(settings: Settings, sha256: str) -> tuple[Path, bool]:
+    """The archive's path and whether it was fetched (a temp file to remove after use)."""
+    shared = bundles.archive_path(settings, sha256)
+    if shared.is_file():
+        return shared, False
+    token = _token(settings)
+    if not settings.api_url or not token:
+        raise BundleUnavailable(
+            f"code bundle sha256:{sha256} is not in this worker's shared store ({shared.parent}) and the worker "
+            "cannot fetch it: set RANKZERO_API_URL and RANKZERO_API_TOKEN on the worker, or give it the API's "
+            "runs dir (RANKZERO_RUNS_DIR on a shared volume)"
+        )
+    target = cache_dir(settings) / f"{PARTIAL_PREFIX}{sha256}-{secrets.token_hex(4)}.tar.gz"
+    try:
+        _fetch(settings.api_url, token, sha256, target, settings.max_bundle_bytes)
+    except BaseException:
+        target.unlink(missing_ok=True)
+        raise
+    return target, True
+
+
+def _fetch(api_url: str, token: str, sha256: str, target: Path, limit: int) -> None:
+    url = f"{api_url.rstrip('/')}/api/code/{sha256}"
+    digest, size = hashlib.sha256(), 0
+    try:
+        with (
+            httpx.stream("GET", url, headers={"Authorization": f"Bearer {token}"}, timeout=FETCH_TIMEOUT_S) as r,
+            open(target, "wb") as out,
+        ):
+            if r.status_code != 200:
+                r.read()
+                raise BundleUnavailable(
+                    f"code bundle sha256:{sha256}: GET {url} answered {r.status_code} ({r.text[:300]})"
+                )
+            for chunk in r.iter_bytes(bundles.CHUNK):
+                size += len(chunk)
+                if size > limit:
+                    raise BundleUnavailable(f"code bundle sha256:{sha256}: the API sent more than {limit:,} bytes")
+                digest.update(chunk)
+                out.write(chunk)
+    except httpx.HTTPError as exc:
+        raise BundleUnavailable(f"code bundle sha256:{sha256}: cannot fetch it from {url}: {exc}") from None
+    if digest.hexdigest() != sha256:
+        raise BundleUnavailable(f"code bundle sha256:{sha256}: what {url} sent has sha256 {digest.hexdigest()}")
+
+
+# --- retention ----------------------------------------------------------------------------------
+
+
+def prune_cache(settings: Settings, keep: set[str], now: float | None = None) -> list[str]:
+    """Remove unpacked bundles not in `keep` and unused for the retention period; the removed digests."""
+    root = cache_dir(settings)
+    if not root.is_dir():
+        return []
+    now = time.time() if now is None else now
+    removed = []
+    for path in root.iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            stale = now - path.lstat().st_mtime > settings.bundle_retention_s
+            if path.name.startswith(PARTIAL_PREFIX) and now - path.lstat().st_mtime > bundles.INCOMING_STALE_S:
+                bundles.remove_tree(path) if path.is_dir() else path.unlink()
+            elif bundles.SHA256_HEX.match(path.name) and path.name not in keep and stale:
+                with _locked(root / f".{path.name}.lock"):
+                    bundles.remove_tree(path)
+                (root / f".{path.name}.lock").unlink(missing_ok=True)
+                removed.append(path.name)
+    return removed
+
+
+def sweep(settings: Settings, force: bool = False) -> None:
+    """Bundle retention on this host, at most every SWEEP_EVERY_S (call it from the recovery loop)."""
+    global _last_sweep
+    with _sweep_lock:
+        if not force and time.monotonic() - _last_sweep < SWEEP_EVERY_S:
+            return
+        _last_sweep = time.monotonic()
+    try:
+        removed = bundles.cleanup(settings)
+        pruned = prune_cache(settings, bundles.referenced(settings))
+        if removed or pruned:
+            log.info("code bundles removed: %d stored, %d unpacked copies", len(removed), len(pruned))
+    except Exception:  # retention is housekeeping: never stop the loop that calls it
+        log.exception("code bundle retention sweep failed; next try in %.0f s", SWEEP_EVERY_S)
