@@ -103,6 +103,8 @@ def test_extra_dataset_roots_and_datasets_dir_settings(limits_client, tmp_path: 
 def test_dataset_settings_come_from_the_environment(monkeypatch, tmp_path: Path) -> None:
     from core.settings import Settings
 
+    for name in [n for n in os.environ if n.startswith("RANKZERO_")]:  # only what the test sets counts
+        monkeypatch.delenv(name)
     monkeypatch.setenv("RANKZERO_DATA_DIR", str(tmp_path / "data"))
     assert Settings().dataset_root_dirs == [(tmp_path / "data" / "datasets").resolve()]
     monkeypatch.setenv("RANKZERO_DATASETS_DIR", str(tmp_path / "ds"))
@@ -167,3 +169,12 @@ def test_worker_hands_the_rules_to_the_ranks(limits_settings) -> None:
         str(settings.data_dir.resolve()),
         str(settings.resolved_runs_dir),
     ]
+
+
+def test_a_symlink_loop_is_refused_not_a_server_error(limits_client) -> None:
+    client = limits_client()
+    datasets = client.settings.resolved_datasets_dir
+    datasets.mkdir(parents=True, exist_ok=True)
+    (datasets / "loop").symlink_to(datasets / "loop")
+    msg = _refused(_post(client, {"name": "image_folder", "args": {"path": "loop/x"}}), "data", "args", "path")
+    assert "cannot be resolved" in msg

@@ -71,7 +71,10 @@ def confine(raw: Any, field: str, roots: Sequence[Path], protected: Sequence[Pat
     roots = [Path(r).resolve() for r in roots]
     protected = [Path(p).resolve() for p in protected]
     allowed = ", ".join(str(r) for r in roots)
-    candidate = (roots[0] / text).resolve()  # an absolute `text` replaces the base
+    try:
+        candidate = (roots[0] / text).resolve()  # an absolute `text` replaces the base
+    except (OSError, RuntimeError) as exc:  # a symlink loop, a name too long
+        raise UnsafeDataPath(f"{field} cannot be resolved ({type(exc).__name__}); give a plain folder path") from None
     if not any(_within(candidate, r) for r in roots):
         raise UnsafeDataPath(
             f"{field} {str(candidate)!r} is outside the allowed data set folders ({allowed}); "
