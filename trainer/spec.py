@@ -73,7 +73,8 @@ class ModelSpec(StrictModel):
     name: str = Field(
         "mlp",
         max_length=200,
-        description="Built-in model (mlp, convnet, resnet18, resnet50) or 'package.module:function' returning an nn.Module.",
+        description="Built-in model (mlp, convnet, resnet18, resnet50) or 'package.module:function' "
+        "returning an nn.Module.",
     )
     args: Args
 
