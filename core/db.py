@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from functools import lru_cache
+from typing import Any
 
-from sqlalchemy import event
-from sqlalchemy.engine import Engine
+from sqlalchemy import event, func, text
+from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Session, create_engine
 
 
@@ -47,3 +49,22 @@ def session_scope(url: str) -> Iterator[Session]:
         except Exception:
             session.rollback()
             raise
+
+
+def db_now(bind: Engine) -> datetime:
+    """The database server's clock, as a tz-aware UTC datetime.
+
+    Heartbeats and timelines are stamped and judged with this one clock, so a host whose own clock is
+    off never makes a healthy job look dead (or a timeline run backwards). SQLite is one host's file:
+    its clock is this host's.
+    """
+    if bind.dialect.name != "postgresql":
+        return datetime.now(timezone.utc)
+    with bind.connect() as conn:
+        return conn.execute(text("SELECT now()")).scalar_one()
+
+
+def now_sql(bind: Engine | Connection | Session) -> Any:
+    """ "Now" for an INSERT/UPDATE: evaluated by the database server (PostgreSQL), else this host's clock."""
+    name = bind.get_bind().dialect.name if isinstance(bind, Session) else bind.dialect.name
+    return func.now() if name == "postgresql" else datetime.now(timezone.utc)

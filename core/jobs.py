@@ -16,10 +16,10 @@ from sqlalchemy import update
 from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Session, select
 
-from core.db import get_engine
+from core.db import get_engine, now_sql
 from core.job_state import ALLOWED, LIVE, IllegalTransition
 from core.settings import Settings
-from core.tables import Job, JobStatus, JobTransition, utcnow
+from core.tables import Job, JobStatus, JobTransition
 from trainer.run_dir import job_run_dir
 
 S = JobStatus
@@ -68,7 +68,7 @@ def transition(
         bad = [s for s in sources if to not in ALLOWED[s]]
         if bad:
             raise IllegalTransition(f"{', '.join(s.value for s in bad)} → {to.value} is not a legal job transition")
-    now = utcnow()
+    now = now_sql(session)
     values: dict[str, object] = {"status": to, **fields}
     if to is S.running and "started_at" not in fields:
         values["started_at"] = now
@@ -94,7 +94,7 @@ def claim(engine: Engine, job_id: int, runs_dir: Path) -> Job | None:
             detail=f"claimed by {host}",
             attempt=Job.attempt + 1,
             worker_host=host,
-            heartbeat_at=utcnow(),
+            heartbeat_at=now_sql(s),
             run_dir=str(job_run_dir(runs_dir, job_id)),
             pid=None,
             exit_code=None,
@@ -111,7 +111,7 @@ def claim(engine: Engine, job_id: int, runs_dir: Path) -> Job | None:
 
 def mark_running(engine: Engine, job_id: int, pid: int, detail: str) -> bool:
     with Session(engine) as s:
-        won = transition(s, job_id, S.running, expect=S.starting, detail=detail, pid=pid, heartbeat_at=utcnow())
+        won = transition(s, job_id, S.running, expect=S.starting, detail=detail, pid=pid, heartbeat_at=now_sql(s))
         s.commit()
         return won
 
@@ -149,19 +149,21 @@ def requeue(engine: Engine, job_id: int, detail: str, **fields: object) -> bool:
 def touch_queued(engine: Engine, job_id: int) -> bool:
     """Mark a queued job as held by a waiting worker (recovery re-dispatches it if we die). False: no longer queued."""
     with engine.begin() as conn:
-        result = conn.execute(update(Job).where(Job.id == job_id, Job.status == S.queued).values(heartbeat_at=utcnow()))  # type: ignore[arg-type]
+        result = conn.execute(
+            update(Job).where(Job.id == job_id, Job.status == S.queued).values(heartbeat_at=now_sql(conn))
+        )  # type: ignore[arg-type]
         return result.rowcount == 1
 
 
 def touch_live(engine: Engine, job_id: int) -> None:
     """The heartbeat of a running job: proof for recovery that its worker is alive."""
     with engine.begin() as conn:
-        conn.execute(update(Job).where(Job.id == job_id, Job.status.in_(LIVE)).values(heartbeat_at=utcnow()))  # type: ignore[attr-defined]
+        conn.execute(update(Job).where(Job.id == job_id, Job.status.in_(LIVE)).values(heartbeat_at=now_sql(conn)))  # type: ignore[attr-defined]
 
 
 def record_ingested(conn: Connection, job_id: int, seq: int, progress: dict[str, Any]) -> None:
     """Events up to `seq` are in the database (same transaction as their points): note it, with progress."""
-    conn.execute(update(Job).where(Job.id == job_id).values(ingested_seq=seq, heartbeat_at=utcnow(), **progress))  # type: ignore[arg-type]
+    conn.execute(update(Job).where(Job.id == job_id).values(ingested_seq=seq, heartbeat_at=now_sql(conn), **progress))  # type: ignore[arg-type]
 
 
 def by_idempotency_key(session: Session, key: str) -> Job | None:
@@ -171,7 +173,7 @@ def by_idempotency_key(session: Session, key: str) -> Job | None:
 def mark_dispatched(job_id: int, settings: Settings) -> None:
     """Its message is with the broker: the sweep leaves a queued job alone for `redispatch_after_s`."""
     with get_engine(settings.resolved_database_url).begin() as conn:
-        conn.execute(update(Job).where(Job.id == job_id, Job.status == S.queued).values(heartbeat_at=utcnow()))  # type: ignore[arg-type]
+        conn.execute(update(Job).where(Job.id == job_id, Job.status == S.queued).values(heartbeat_at=now_sql(conn)))  # type: ignore[arg-type]
 
 
 def mark_undispatched(job_id: int, settings: Settings) -> None:
@@ -188,7 +190,7 @@ def take_stale_queued(session: Session, job_id: int, seen_beat: datetime | None)
     result = session.execute(
         update(Job)
         .where(Job.id == job_id, Job.status == S.queued, Job.heartbeat_at == seen_beat)
-        .values(heartbeat_at=utcnow())  # type: ignore[arg-type]
+        .values(heartbeat_at=now_sql(session))  # type: ignore[arg-type]
     )
     return result.rowcount == 1
 

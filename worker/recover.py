@@ -20,7 +20,7 @@ from sqlalchemy import or_, select, text
 from sqlmodel import Session
 
 from core import jobs, queue
-from core.db import get_engine
+from core.db import db_now, get_engine
 from core.settings import Settings
 from core.tables import Job, JobStatus
 from trainer.spec import JobSpec
@@ -49,7 +49,7 @@ def _stale(status: JobStatus, beat: datetime | None, cutoff: datetime) -> bool:
 def recover_once(settings: Settings) -> list[int]:
     """One sweep; returns the ids of jobs it requeued, failed, cancelled or re-dispatched."""
     engine = get_engine(settings.resolved_database_url)
-    now = datetime.now(timezone.utc)
+    now = db_now(engine)  # the database's clock judges every host's heartbeats
     cutoff = now - timedelta(seconds=settings.resolved_stale_after_s)
     # A queued job is sent again when nobody vouched for its message this long (lost, flushed broker).
     queued_cutoff = now - timedelta(seconds=settings.redispatch_after_s)

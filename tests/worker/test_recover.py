@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import pytest
 from sqlmodel import Session
 
 from core.db import get_engine
@@ -80,3 +81,34 @@ def test_queued_jobs_are_resent_only_after_redispatch_after_s_and_only_in_their_
         assert s.get(Job, other_dead).status == JobStatus.running  # another pool's job: not ours to judge
         assert s.get(Job, other_pool).status == JobStatus.queued
     assert waiting not in sent
+
+
+@pytest.mark.postgres
+def test_a_host_with_a_wrong_clock_neither_looks_dead_nor_judges_wrongly(api_settings, pg_url, monkeypatch):
+    """Hardening item 13: heartbeats are stamped and judged with the database's clock. A worker 45 s
+    behind stamps a heartbeat; a sweeper 45 s ahead judges it; the job (alive) is left alone."""
+    from core import db, jobs, tables
+    from worker import recover
+
+    settings = api_settings(database_url=pg_url, heartbeat_s=1.0, stale_after_s=30)
+    upgrade(pg_url)
+    alive = _add(pg_url, JobStatus.running, 0)
+
+    def skew(seconds: float) -> None:
+        class Skewed(datetime):
+            @classmethod
+            def now(cls, tz=None):
+                return datetime.now(tz) + timedelta(seconds=seconds)
+
+        for module in (db, jobs, tables, recover):
+            if hasattr(module, "datetime"):
+                monkeypatch.setattr(module, "datetime", Skewed)
+        monkeypatch.setattr(tables, "utcnow", lambda: Skewed.now(timezone.utc))
+        monkeypatch.setattr(jobs, "utcnow", lambda: Skewed.now(timezone.utc), raising=False)
+
+    skew(-45)  # the worker's host
+    jobs.touch_live(get_engine(pg_url), alive)
+    skew(+45)  # the sweeper's host
+    assert recover.recover_once(settings) == []
+    with Session(get_engine(pg_url)) as s:
+        assert s.get(Job, alive).status == JobStatus.running
