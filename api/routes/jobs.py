@@ -40,6 +40,7 @@ IdempotencyKey = Annotated[
         200: {"description": "A retry: the job this Idempotency-Key already created."},
         409: {"model": ErrorDetail, "description": "The Idempotency-Key was used with another spec."},
         422: {"description": "The spec is invalid or refused by this server."},
+        429: {"description": "Too many jobs queued or running (RANKZERO_MAX_ACTIVE_JOBS); retry after Retry-After."},
     },
 )
 def submit_job(
@@ -54,6 +55,12 @@ def submit_job(
         return _replay(done, spec, settings, response)
     try:
         spec = submit_policy.apply(spec, settings)
+    except submit_policy.QuotaExceeded as exc:
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            [{"loc": list(exc.loc), "msg": exc.msg, "type": "quota_exceeded"}],
+            headers={"Retry-After": str(exc.retry_after_s)},
+        ) from None
     except submit_policy.SpecRefused as exc:
         raise HTTPException(422, [{"loc": list(exc.loc), "msg": exc.msg, "type": "value_error"}]) from None
     try:
