@@ -2,11 +2,17 @@
 
 Packing is core/bundles.py's (ignore files honoured, .git never, deterministic: the same tree gives
 the same sha256). The server is asked first (HEAD /api/code/<sha256>): a second submit of the same
-tree uploads nothing.
+tree uploads nothing. A tree whose files are unchanged since the last submit from this machine (same
+paths, sizes, mtimes, ctimes, inodes: git's index heuristic) is not even packed again: its sha256 is
+remembered in `$XDG_CACHE_HOME/rankzero/bundles.json` (default ~/.cache).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +26,7 @@ from core import bundles
 
 UPLOAD_CHUNK = 256 * 1024
 UPLOAD_TIMEOUT_S = 600.0
+CACHE_ENTRIES = 32
 
 
 def _mb(n: int) -> str:
@@ -68,21 +75,74 @@ def _upload(api: Api, packed: bundles.Packed, console: Console) -> None:
         raise CliError(f"the server refused the code bundle ({r.status_code}): {_detail(r)}\nlargest: {packed.largest}")
 
 
+def _cache_file() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "rankzero" / "bundles.json"
+
+
+def _tree_key(folder: Path, files: list[bundles.SourceFile]) -> str:
+    """Changes whenever a packed file may have changed (or the file list, ignore rules included)."""
+    digest = hashlib.sha256(str(folder.resolve()).encode())
+    for f in files:
+        st = f.source.stat()
+        digest.update(
+            f"{f.path}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_ino}\0{st.st_mode}\n".encode()
+        )
+    return digest.hexdigest()
+
+
+def _cache_read() -> dict[str, dict]:
+    try:
+        data = json.loads(_cache_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _cache_write(key: str, packed: bundles.Packed) -> None:
+    entries = _cache_read()
+    entries.pop(key, None)
+    entries[key] = {"sha256": packed.sha256, "bytes": packed.bytes, "files": packed.files,
+                    "unpacked_bytes": packed.unpacked_bytes, "largest": packed.largest}  # fmt: skip
+    path = _cache_file()
+    with contextlib.suppress(OSError):  # a read-only home: no cache, no harm
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(dict(list(entries.items())[-CACHE_ENTRIES:])))
+        tmp.replace(path)
+
+
+def _summary(folder: Path, info: dict | bundles.Packed) -> str:
+    get = info.get if isinstance(info, dict) else lambda k: getattr(info, k)
+    return (
+        f"code: {folder} → {get('files'):,} files, {_mb(get('unpacked_bytes'))} "
+        f"({_mb(get('bytes'))} compressed), sha256:{get('sha256')[:12]}…  largest: {get('largest')}"
+    )
+
+
 def upload_code(api: Api, folder: Path, console: Console) -> str:
     """Pack `folder`, upload it if the server lacks it; the spec's `code` value ("sha256:<hex>")."""
     if not folder.is_dir():
         raise CliError(f"--code {folder}: not a folder")
+    try:
+        files = bundles.collect(folder)
+        key = _tree_key(folder, files)
+    except (bundles.BundleError, OSError) as exc:
+        raise CliError(f"cannot pack {folder}: {exc}") from None
+    known = _cache_read().get(key)
+    if isinstance(known, dict) and isinstance(known.get("sha256"), str) and _stored(api, known["sha256"]):
+        console.print(_summary(folder, known))
+        console.print("code: unchanged since the last submit and already on the server, nothing to upload")
+        return bundles.ref(known["sha256"])
     with tempfile.TemporaryDirectory(prefix="rankzero-bundle-") as tmp:
         try:
-            packed = bundles.pack(folder, Path(tmp) / "bundle.tar.gz")
+            packed = bundles.pack(folder, Path(tmp) / "bundle.tar.gz", files=files)
         except (bundles.BundleError, OSError) as exc:
             raise CliError(f"cannot pack {folder}: {exc}") from None
-        console.print(
-            f"code: {folder} → {packed.files:,} files, {_mb(packed.unpacked_bytes)} "
-            f"({_mb(packed.bytes)} compressed), sha256:{packed.sha256[:12]}…  largest: {packed.largest}"
-        )
+        console.print(_summary(folder, packed))
         if _stored(api, packed.sha256):
             console.print("code: already on the server, nothing to upload")
         else:
             _upload(api, packed, console)
+    _cache_write(key, packed)
     return bundles.ref(packed.sha256)

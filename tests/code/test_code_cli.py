@@ -17,7 +17,14 @@ from tests.support.settings import API_TOKEN
 
 
 def _submit(spec: Path, code: Path, url: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RANKZERO_URL": url, "RANKZERO_API_TOKEN": API_TOKEN, "COLUMNS": "200"}
+    cache = spec.parent / "cache"  # the CLI's memory of packed trees: the test's own
+    env = {
+        **os.environ,
+        "RANKZERO_URL": url,
+        "RANKZERO_API_TOKEN": API_TOKEN,
+        "COLUMNS": "200",
+        "XDG_CACHE_HOME": str(cache),
+    }
     return subprocess.run(
         [RANKZERO, "submit", str(spec), "--code", str(code)],
         capture_output=True,
@@ -43,11 +50,22 @@ def test_submit_with_code_uploads_once(settings: Settings, live_api, project: Pa
     (project / "notes.log").write_text("ignored, so the tree is the same\n")
     second = _submit(spec, project, url)
     assert second.returncode == 0, second.stdout + second.stderr
-    assert "already on the server, nothing to upload" in second.stdout and "job 2 queued" in second.stdout
+    assert "unchanged since the last submit and already on the server" in second.stdout
+    assert "job 2 queued" in second.stdout
     assert stored.stat().st_mtime_ns == before.st_mtime_ns
 
+    (tmp_path / "cache").rename(tmp_path / "forgotten")  # another machine, or a copy: packed again, same sha256
+    third = _submit(spec, project, url)
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert "already on the server, nothing to upload" in third.stdout and "job 3 queued" in third.stdout
+
+    (project / "helpers.py").write_text("X = 2\n")
+    fourth = _submit(spec, project, url)
+    assert fourth.returncode == 0 and "nothing to upload" not in fourth.stdout
+    assert len(list(bundles.store_dir(settings).glob("*.tar.gz"))) == 2
+
     headers = {"Authorization": f"Bearer {API_TOKEN}"}
-    jobs = [httpx.get(f"{url}/api/jobs/{i}", headers=headers).json() for i in (1, 2)]
+    jobs = [httpx.get(f"{url}/api/jobs/{i}", headers=headers).json() for i in (1, 2, 3)]
     sha = stored.name.removesuffix(".tar.gz")
     assert {j["spec"]["code"] for j in jobs} == {f"sha256:{sha}"}
 
