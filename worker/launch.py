@@ -14,6 +14,7 @@ from pathlib import Path
 from core.paths import dataset_env
 from core.settings import Settings, get_settings
 from trainer.run_dir import RunDir
+from worker.bundles import pythonpath_first
 
 MARK_ENV = "RANKZERO_JOB_MARK"  # every rank inherits it: lets us find ranks torchrun put in new sessions
 
@@ -101,8 +102,12 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
     nproc: int,
     cuda_visible_devices: str | None,
     settings: Settings | None = None,
+    code_dir: Path | None = None,
 ) -> Launched:
-    """Write the attempt's spec and start torchrun in its own process group."""
+    """Write the attempt's spec and start torchrun in its own process group.
+
+    `code_dir`: the job's unpacked code bundle (worker/bundles.py `code_dir`), first on the ranks' PYTHONPATH.
+    """
     settings = settings if settings is not None else get_settings()
     run.root.mkdir(parents=True, exist_ok=True)
     run.checkpoints.mkdir(exist_ok=True)
@@ -120,7 +125,7 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=rank_env(mark, cuda_visible_devices, settings),
+            env=pythonpath_first(rank_env(mark, cuda_visible_devices, settings), code_dir),
             cwd=run.root,
             start_new_session=True,  # its own process group: a signal to the group reaches torchrun, never us
         )

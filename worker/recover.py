@@ -24,6 +24,7 @@ from core.db import db_now, get_engine
 from core.settings import Settings
 from core.tables import Job, JobStatus
 from trainer.spec import JobSpec
+from worker import bundles
 
 log = logging.getLogger("rankzero.worker")
 S = JobStatus
@@ -129,6 +130,7 @@ def start_recovery_thread(settings: Settings, stop: threading.Event) -> threadin
                     healthy_since = time.monotonic()
                 if time.monotonic() - healthy_since >= stale:
                     recover_once(settings)
+                    bundles.sweep(settings)  # code bundle retention: throttled, never raises
             except Exception:  # the database may be restarting; the next sweep tries again
                 healthy_since = None
                 log.exception("recovery sweep failed; retrying in %.0f s", interval)
