@@ -12,6 +12,7 @@ uvicorn runs with bounds against slow or many clients (`UVICORN_LIMITS`): at mos
 from __future__ import annotations
 
 import ipaddress
+import sys
 
 import uvicorn
 
@@ -51,6 +52,14 @@ def serve(settings: Settings, **uvicorn_options: object) -> None:
     """Check the bind address, build the app and run uvicorn until interrupted."""
     check_bind(settings)
     from api.app import create_app
+
+    if not is_loopback(settings.host) and not settings.allowed_hosts.strip():
+        print(
+            f"note: listening on {settings.host}, but only requests with Host localhost/127.0.0.1/[::1]"
+            f"{'' if settings.host in ('0.0.0.0', '::') else ' or ' + settings.host} are answered (others: 400); "
+            "set RANKZERO_ALLOWED_HOSTS to the names clients use (e.g. rankzero.example.com)",
+            file=sys.stderr,
+        )
 
     app = create_app(settings)
     options: dict[str, object] = {

@@ -78,3 +78,16 @@ def test_oversized_declared_body_is_refused_unread(server) -> None:
     s.sendall(_head(server, "/login", 1 << 30) + b"x" * 100)
     assert read_status(s, timeout=2) == 413
     s.close()
+
+
+def test_serve_runs_uvicorn_with_connection_bounds(api_settings, monkeypatch, capsys) -> None:
+    import uvicorn
+
+    from api.server import serve
+
+    seen: dict = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **options: seen.update(options))
+    serve(api_settings(api_token="z" * 40, host="0.0.0.0"))
+    assert seen["limit_concurrency"] <= 1024 and seen["timeout_keep_alive"] <= 5
+    assert seen["h11_max_incomplete_event_size"] <= 64 * 1024 and seen["server_header"] is False
+    assert "RANKZERO_ALLOWED_HOSTS" in capsys.readouterr().err  # a public bind is told which Host names work
