@@ -118,3 +118,38 @@ def test_retention(api_settings: Callable[..., Settings], tmp_path: Path):
     assert (worker_bundles.cache_dir(settings) / shas["queued"]).is_dir()
     assert not (worker_bundles.cache_dir(settings) / shas["old"]).exists()
     worker_bundles.sweep(settings, force=True)  # the loop's entry point: nothing more to remove, no error
+
+
+def test_ranks_import_the_model_from_the_bundle(settings: Settings, tmp_path: Path, monkeypatch) -> None:
+    """The real trainer under torchrun builds a model that exists only in the job's bundle."""
+    from trainer.run_dir import RunDir
+    from worker.launch import launch
+
+    folder = tmp_path / "usercode"
+    (folder / "zoo").mkdir(parents=True)
+    (folder / "zoo" / "__init__.py").write_text("")
+    (folder / "zoo" / "nets.py").write_text(
+        "from torch import nn\n\n\ndef tiny(**kw):\n"
+        "    return nn.Sequential(nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, 10))\n"
+    )
+    sha = _store(settings, folder, tmp_path)
+    spec = {
+        **DIGITS_SPEC,
+        "name": "bundle-model",
+        "nproc": 1,
+        "max_steps": 2,
+        "device": "cpu",
+        "model": {"name": "zoo.nets:tiny"},
+        "code": f"sha256:{sha}",
+        "checkpoint": {"every_steps": None, "every_epochs": None},
+    }
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    code = worker_bundles.code_dir(spec, settings)
+    run = RunDir(tmp_path / "runs" / "job_1")
+    launched = launch(run, spec, 1, 1, 1, None, settings, code_dir=code)  # as worker/supervise.py calls it
+    try:
+        assert launched.proc.wait(timeout=240) == 0, launched.launcher_log.read_text()[-3000:]
+    finally:
+        if launched.proc.poll() is None:
+            launched.proc.kill()
+    assert '"type": "finished"' in run.events.read_text().replace('"type":"finished"', '"type": "finished"')
