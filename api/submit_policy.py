@@ -50,6 +50,10 @@ def check_code(spec: JobSpec, settings: Settings) -> None:
     """A `code` bundle must be stored here, and must not hide rankzero's own trainer package."""
     if spec.code is None:
         return
+    if not settings.allow_code_upload:
+        raise SpecRefused(
+            ("body", "code"), "code bundles are turned off on this server (RANKZERO_ALLOW_CODE_UPLOAD=false)"
+        )
     try:
         found = bundles.manifest(settings, spec.code)
     except bundles.BundleError as exc:

@@ -97,8 +97,10 @@ def test_uploads_turned_off(api_settings: Callable[..., Settings], auth_headers,
     body, _ = _packed(project, tmp_path)
     with TestClient(create_app(api_settings(allow_code_upload=False)), headers=auth_headers) as c:
         r = c.post("/api/code", content=body, headers=GZ)
-    assert r.status_code == 403
-    assert "RANKZERO_ALLOW_CODE_UPLOAD=false" in r.json()["detail"]
+        assert r.status_code == 403
+        assert "RANKZERO_ALLOW_CODE_UPLOAD=false" in r.json()["detail"]
+        r = c.post("/api/jobs", json={**DIGITS_SPEC, "nproc": 1, "code": f"sha256:{'a' * 64}"})
+        assert r.status_code == 422 and "RANKZERO_ALLOW_CODE_UPLOAD=false" in r.json()["detail"][0]["msg"]
 
 
 def test_upload_refused_without_auth_before_the_body_is_read(settings: Settings, live_api):
