@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
@@ -19,7 +20,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from api import docs, errors
 from api.auth import require_auth
 from api.limits import RequestLimitsMiddleware
-from api.routes import checkpoints, code, health, jobs, logs, metrics, schema, stream
+from api.routes import checkpoints, health, jobs, logs, metrics, schema, stream
 from core import migrate
 from core.settings import LOOPBACK_HOSTS, Settings, get_settings
 
@@ -31,8 +32,12 @@ WILDCARD_BINDS = {"0.0.0.0", "::", ""}
 
 
 def trusted_hosts(settings: Settings) -> list[str]:
-    """Host header values the API answers: loopback names, the bind host, RANKZERO_ALLOWED_HOSTS."""
+    """Host header values the API answers: loopback names, the bind host, the host of RANKZERO_API_URL
+    (the name workers use to reach it), RANKZERO_ALLOWED_HOSTS."""
     names = {*LOOPBACK_HOSTS, TEST_CLIENT_HOST, *([] if settings.host in WILDCARD_BINDS else [settings.host])}
+    api_url_host = urlsplit(getattr(settings, "api_url", None) or "").hostname
+    if api_url_host:
+        names.add(api_url_host)
     names.update(h.strip().lower() for h in settings.allowed_hosts.split(",") if h.strip())
     # IPv6 literals arrive in brackets (Host: [::1]:8000).
     return sorted(f"[{n}]" if ":" in n and not n.startswith("[") else n for n in names)
@@ -69,7 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(docs.router)
 
     protected = APIRouter(dependencies=[Depends(require_auth)])
-    for module in (jobs, metrics, checkpoints, logs, stream, schema, code):
+    for module in (jobs, metrics, checkpoints, logs, stream, schema):
         protected.include_router(module.router)
     app.include_router(health.router, prefix=API_PREFIX)
     app.include_router(protected, prefix=API_PREFIX)

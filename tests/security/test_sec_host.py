@@ -21,3 +21,9 @@ def test_loopback_names_and_configured_hosts_are_served(start_server) -> None:
         r = httpx.get(server.base + "/api/health", headers={"Host": host}, timeout=10)
         assert r.status_code == 200, (host, r.status_code)
     assert httpx.get(server.base + "/api/health", headers={"Host": "other.lan"}, timeout=10).status_code == 400
+
+
+def test_the_api_url_host_is_served(start_server) -> None:
+    """Workers on other hosts fetch code bundles through RANKZERO_API_URL: its host name must work."""
+    server = start_server(api_url="http://rankzero-api:8000")
+    assert httpx.get(server.base + "/api/health", headers={"Host": "rankzero-api:8000"}, timeout=10).status_code == 200
