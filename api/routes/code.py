@@ -18,6 +18,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
+from starlette.requests import ClientDisconnect
 
 from api.deps import SettingsDep
 from api.models import CodeBundle, CodeFile, CodeFiles, ErrorDetail
@@ -63,6 +64,8 @@ async def _receive(request: Request, tmp: FsPath, settings: Settings) -> str:
                     out.write(chunk)
     except TimeoutError:
         raise HTTPException(status.HTTP_408_REQUEST_TIMEOUT, "the bundle did not arrive in time; retry") from None
+    except ClientDisconnect:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, "the upload was cut off; retry") from None
     if size == 0:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, "empty body: send the bundle (a tar.gz) as the request body")
     return digest.hexdigest()

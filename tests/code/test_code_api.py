@@ -16,6 +16,7 @@ from core import bundles
 from core.settings import Settings
 from tests.support.bundles import make_tar, member
 from tests.support.jobs import DIGITS_SPEC
+from tests.support.settings import API_TOKEN
 
 GZ = {"Content-Type": "application/gzip"}
 
@@ -148,3 +149,18 @@ def test_bundle_hiding_the_trainer_refused(client: TestClient, tmp_path: Path):
     assert client.post("/api/code", content=body, headers=GZ).status_code == 201
     r = client.post("/api/jobs", json={**DIGITS_SPEC, "nproc": 1, "code": f"sha256:{sha}"})
     assert r.status_code == 422 and "hide rankzero's trainer" in r.json()["detail"][0]["msg"]
+
+
+def test_upload_cut_off_leaves_nothing_behind(settings: Settings, live_api):
+    base = urlsplit(live_api(settings))
+    with socket.create_connection((base.hostname, base.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /api/code HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/gzip\r\n"
+            b"Authorization: Bearer " + API_TOKEN.encode() + b"\r\nContent-Length: 5000000\r\n\r\n" + b"\0" * 200_000
+        )
+        time.sleep(0.5)
+    deadline = time.monotonic() + 10
+    while any(bundles.store_dir(settings).glob(".incoming-*")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(bundles.store_dir(settings).glob(".incoming-*"))
+    assert not any(bundles.store_dir(settings).glob("*.tar.gz"))
