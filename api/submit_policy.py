@@ -64,7 +64,8 @@ def check_code(spec: JobSpec, settings: Settings) -> None:
             f"code {spec.code} is not stored on this server: upload the folder first, e.g. "
             "`rankzero submit job.yaml --code DIR` (it packs, uploads and sets code), or POST the tar.gz to /api/code",
         )
-    if "trainer" in found.top_level_modules():
+    # A script job (spec `entrypoint`) never runs rankzero's trainer: its own `trainer` is its business.
+    if "trainer" in found.top_level_modules() and not getattr(spec, "entrypoint", None):
         raise SpecRefused(
             ("body", "code"),
             "the bundle has a top-level 'trainer' package or module, which would hide rankzero's trainer on the "
