@@ -6,6 +6,8 @@ Torch-free, so the worker and the API can import it.
     <run>/events.jsonl                      rank 0's events, one JSON object per line
     <run>/checkpoints/step_XXXXXXXX.pt      checkpoints (written to a temp name, then renamed)
     <run>/logs/attempt_N/                   torchrun --log-dir of attempt N (per-rank stdout/stderr, error.json)
+    <run>/tensorboard/                      RANKZERO_TENSORBOARD_DIR: a script's SummaryWriter files (ingested)
+    <run>/work/                             a script job's working folder: the bundle's files (links) + what it writes
 """
 
 from __future__ import annotations
@@ -41,6 +43,14 @@ class RunDir:
     @property
     def logs(self) -> Path:
         return self.root / "logs"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.root / "tensorboard"
+
+    @property
+    def work(self) -> Path:
+        return self.root / "work"
 
     def checkpoint_path(self, step: int) -> Path:
         return self.checkpoints / f"step_{step:08d}.pt"

@@ -12,7 +12,17 @@ import re
 import sys
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+
+from trainer.entrypoint import Entrypoint, parse_entrypoint
 
 # `package.module:function` names user code; anything else names a built-in.
 USER_CODE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
@@ -23,6 +33,13 @@ MAX_ARGS_BYTES = 16_384
 BUILTIN_MODELS = ("mlp", "convnet", "resnet18", "resnet50")
 BUILTIN_DATA = ("digits", "mnist", "fashion_mnist", "cifar10", "fake", "synthetic", "image_folder")
 BUILTIN_LOSSES = ("cross_entropy", "mse")
+MAX_ENTRYPOINT_CHARS = 4096
+# Fields only the built-in trainer reads: refused next to an `entrypoint` when the user sets them.
+# (`checkpoint.keep_last` is the one checkpoint field a script job keeps: the SDK prunes by it.)
+BUILTIN_ONLY_FIELDS = (
+    "model", "data", "loss", "optimizer", "scheduler", "batch_size", "accumulation_steps", "sync", "epochs",
+    "max_steps", "precision", "sync_batchnorm", "grad_clip_norm", "seed", "log_every", "eval_every", "resume_from",
+)  # fmt: skip
 
 
 def is_user_code(name: str) -> bool:
@@ -237,6 +254,14 @@ class JobSpec(StrictModel):
         description="An uploaded code bundle ('sha256:<hex>', from POST /api/code or `rankzero submit --code DIR`); "
         "it goes first on the ranks' PYTHONPATH.",
     )
+    entrypoint: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_ENTRYPOINT_CHARS,
+        description="Run your own script instead of the built-in trainer: 'train.py --epochs 3' or '-m pkg.main "
+        "--lr 0.1' (a path or module inside the `code` bundle, then its arguments; parsed like a shell, no shell "
+        "runs). It runs as `torchrun --nproc-per-node N <entrypoint>` in the bundle; needs `code`.",
+    )
 
     @field_validator("resume_from")
     @classmethod
@@ -245,8 +270,17 @@ class JobSpec(StrictModel):
             raise ValueError("resume_from must not contain NUL or control characters")
         return v
 
+    @field_validator("entrypoint")
+    @classmethod
+    def _check_entrypoint(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_entrypoint(v)  # raises ValueError naming what is wrong
+        return v
+
     @model_validator(mode="after")
     def _check_consistency(self) -> JobSpec:
+        if self.entrypoint is not None:
+            return self._check_script_job()
         if self.epochs is None and self.max_steps is None:
             raise ValueError("set epochs or max_steps (or both) so the run knows when to stop")
         if self.sync == "dataparallel" and (self.nproc != 1 or self.nnodes != 1):
@@ -261,6 +295,47 @@ class JobSpec(StrictModel):
             raise ValueError("loss null is only for user models that compute their own loss; set loss.name")
         return self
 
+    def _check_script_job(self) -> JobSpec:
+        if self.code is None:
+            raise ValueError(
+                "entrypoint needs code: the bundle holding the script (`rankzero submit job.yaml --code DIR`)"
+            )
+        refused = self.builtin_fields_set()
+        if refused:
+            raise ValueError(
+                f"{', '.join(refused)} only apply to the built-in trainer, not to an entrypoint script: remove "
+                f"{'it' if len(refused) == 1 else 'them'} (your script reads its own arguments: put them in entrypoint)"
+            )
+        return self
+
+    def builtin_fields_set(self) -> list[str]:
+        """The built-in trainer's fields the user set (in the order of the model), e.g. ['model', 'epochs']."""
+        named = [name for name in BUILTIN_ONLY_FIELDS if name in self.model_fields_set]
+        if "checkpoint" in self.model_fields_set:
+            given = self.checkpoint.model_fields_set
+            named += [f"checkpoint.{f}" for f in ("every_steps", "every_epochs") if f in given]
+        return named
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A script job's dump leaves out the built-in trainer's fields (so it validates again as it is)."""
+        data = handler(self)
+        if self.entrypoint is None or not isinstance(data, dict):
+            return data
+        for name in BUILTIN_ONLY_FIELDS:
+            data.pop(name, None)
+        if isinstance(data.get("checkpoint"), dict):
+            data["checkpoint"] = {"keep_last": data["checkpoint"].get("keep_last")}
+        return data
+
+    @property
+    def is_script(self) -> bool:
+        """True for a job that runs the user's own entrypoint instead of the built-in trainer."""
+        return self.entrypoint is not None
+
+    def parsed_entrypoint(self) -> Entrypoint | None:
+        return parse_entrypoint(self.entrypoint) if self.entrypoint is not None else None
+
     @property
     def world_size(self) -> int:
         return self.nproc * self.nnodes
@@ -271,7 +346,9 @@ class JobSpec(StrictModel):
 
     @property
     def strategy(self) -> str:
-        """Human label, e.g. 'DDP 4 × acc 2', 'manual 2', 'single', 'acc 4'."""
+        """Human label, e.g. 'DDP 4 × acc 2', 'manual 2', 'single', 'acc 4', 'script × 2'."""
+        if self.entrypoint is not None:
+            return "script" if self.world_size == 1 else f"script × {self.world_size}"
         parts = []
         if self.sync == "dataparallel":
             parts.append("DataParallel")

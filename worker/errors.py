@@ -1,5 +1,9 @@
 """What went wrong in a failed attempt: the failing rank, its exit code and traceback lines,
-read from torchrun's per-rank error files (error.json) and its "Root Cause" summary."""
+read from torchrun's per-rank error files (error.json) and its "Root Cause" summary.
+
+The built-in trainer's ranks write error.json (@record). A user's script (a script job) does not:
+then the failing rank's stderr is read, and its last Python traceback (torch prefixes each line
+with `[rankN]:`) gives the message and the lines; without one, its last lines are shown."""
 
 from __future__ import annotations
 
@@ -15,6 +19,11 @@ _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):(.*?)(?:={10,}|
 _RANK = re.compile(r"^\s*rank\s*:\s*(\d+)", re.M)
 _EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)", re.M)
 _TB = re.compile(r"^\s*traceback\s*:\s*(.*)$", re.M)
+_RANK_PREFIX = re.compile(r"^\[(?:default)?rank\d+\]:\s?")
+_TB_HEAD = "Traceback (most recent call last):"
+# What torchrun's summary says when the rank wrote no error file (a script without @record).
+_NO_ERROR_FILE = ("To enable traceback", "a rank failed")
+STDERR_READ_BYTES = 64 << 10
 
 
 @dataclass
@@ -76,14 +85,48 @@ def _from_launcher_log(path: Path) -> Failure | None:
     )
 
 
-def _rank_stderr_tail(run: RunDir, attempt: int, rank: int | None) -> list[str]:
+def _rank_stderr_lines(run: RunDir, attempt: int, rank: int | None) -> list[str]:
+    """The last lines (up to STDERR_READ_BYTES) of a rank's stderr, `[rankN]:` prefixes removed."""
     log = run.rank_log(rank if rank is not None else 0, "stderr", attempt)
     if log is None:
         return []
     try:
-        return _tail(log.read_text(errors="replace"))
+        with open(log, "rb") as fh:
+            fh.seek(max(0, log.stat().st_size - STDERR_READ_BYTES))
+            text = fh.read().decode(errors="replace")
     except OSError:
         return []
+    return [_RANK_PREFIX.sub("", line) for line in text.splitlines()]
+
+
+def last_traceback(lines: list[str]) -> list[str] | None:
+    """The last Python traceback in `lines` (its last TRACEBACK_LINES lines), or None."""
+    heads = [i for i, line in enumerate(lines) if line.strip() == _TB_HEAD]
+    return _tail("\n".join(lines[heads[-1] :])) if heads else None
+
+
+def _exception_line(traceback: list[str]) -> str | None:
+    """The `ValueError: ...` line closing a traceback (the last line that is not indented)."""
+    for line in reversed(traceback):
+        if line.strip() and not line[0].isspace() and line.strip() != _TB_HEAD:
+            return line.strip()
+    return None
+
+
+def _explain_from_stderr(failure: Failure, lines: list[str]) -> None:
+    """Fill `failure` (torchrun's summary) from the failing rank's stderr."""
+    placeholder = failure.message.startswith(_NO_ERROR_FILE)
+    traceback = last_traceback(lines)
+    if traceback:
+        failure.traceback = traceback
+        found = _exception_line(traceback)
+        if placeholder and found:
+            failure.message = found
+        return
+    failure.traceback = _tail("\n".join(lines), 10)
+    if placeholder:
+        code = f"code {failure.exit_code}" if failure.exit_code is not None else "an error"
+        failure.message = f"exited with {code} (no Python traceback on its stderr)"
 
 
 def diagnose(run: RunDir, attempt: int, launcher_log: Path, exit_code: int | None) -> Failure:
@@ -97,7 +140,7 @@ def diagnose(run: RunDir, attempt: int, launcher_log: Path, exit_code: int | Non
             detail.rank = summary.rank if summary.rank is not None else detail.rank
         return detail
     if summary is not None:
-        summary.traceback = _rank_stderr_tail(run, attempt, summary.rank)
+        _explain_from_stderr(summary, _rank_stderr_lines(run, attempt, summary.rank))
         return summary
     tail = _tail(launcher_log.read_text(errors="replace")) if launcher_log.exists() else []
     return Failure(message=f"torchrun exited with code {exit_code}", exit_code=exit_code, traceback=tail[-10:])

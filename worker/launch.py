@@ -13,8 +13,11 @@ from pathlib import Path
 
 from core.paths import dataset_env
 from core.settings import Settings, get_settings
+from rankzero.env import JobEnv
+from trainer.entrypoint import Entrypoint, parse_entrypoint
 from trainer.run_dir import RunDir
 from worker.bundles import pythonpath_first
+from worker.script_jobs import script_workdir
 
 MARK_ENV = "RANKZERO_JOB_MARK"  # every rank inherits it: lets us find ranks torchrun put in new sessions
 
@@ -40,8 +43,12 @@ class Launched:
     launcher_log: Path
 
 
-def build_command(run: RunDir, job_id: int, attempt: int, nproc: int, port: int) -> list[str]:
-    return [
+def build_command(
+    run: RunDir, job_id: int, attempt: int, nproc: int, port: int, entry: Entrypoint | None = None
+) -> list[str]:
+    """torchrun's command line: the built-in trainer, or a script job's entrypoint (`<script> <args>`
+    or `-m <module> <args>`, words as the user gave them: no shell ever parses them)."""
+    torchrun = [
         sys.executable, "-m", "torch.distributed.run",
         "--nnodes=1",
         f"--nproc-per-node={nproc}",
@@ -51,10 +58,10 @@ def build_command(run: RunDir, job_id: int, attempt: int, nproc: int, port: int)
         "--max-restarts=0",  # restarts are the worker's business (spec.max_restarts), from a checkpoint
         f"--log-dir={run.attempt_logs(attempt)}",
         "--redirects=3",
-        "-m", trainer_module(),
-        "--spec", str(run.spec),
-        "--run-dir", str(run.root),
     ]  # fmt: skip
+    if entry is not None:
+        return [*torchrun, *entry.argv()]
+    return [*torchrun, "-m", trainer_module(), "--spec", str(run.spec), "--run-dir", str(run.root)]
 
 
 # What a rank sees of the worker's environment: an allow-list, so the API token, the database and
@@ -77,12 +84,34 @@ def _passed_to_ranks(name: str, extra: frozenset[str]) -> bool:
     return name in RANK_ENV_NAMES or name in extra or name.startswith(RANK_ENV_PREFIXES)
 
 
-def rank_env(mark: str, cuda_visible_devices: str | None, settings: Settings | None = None) -> dict[str, str]:
-    """The environment of torchrun and its ranks: the allow-listed part of ours plus what the trainer needs."""
+def job_env(run: RunDir, spec: dict, job_id: int, attempt: int, settings: Settings) -> dict[str, str]:
+    """What every rank is told about its job (rankzero/env.py names the variables; the SDK reads them)."""
+    checkpoint = spec.get("checkpoint") if isinstance(spec.get("checkpoint"), dict) else {}
+    keep_last = checkpoint.get("keep_last")
+    described = JobEnv(
+        run_dir=run.root.resolve(),
+        job_id=job_id,
+        attempt=attempt,
+        datasets_dir=settings.resolved_datasets_dir,
+        tensorboard_dir=run.tensorboard.resolve(),
+        **({"keep_last": keep_last} if isinstance(keep_last, int) and keep_last >= 1 else {}),
+    )
+    return described.as_environ()
+
+
+def rank_env(
+    mark: str, cuda_visible_devices: str | None, settings: Settings | None = None, job: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of torchrun and its ranks: the allow-listed part of ours plus what the trainer needs.
+
+    `job`: the job's own variables (`job_env`: RANKZERO_RUN_DIR, RANKZERO_JOB_ID, RANKZERO_ATTEMPT,
+    RANKZERO_DATASETS_DIR, RANKZERO_TENSORBOARD_DIR, RANKZERO_KEEP_LAST), set over anything inherited.
+    """
     extra = frozenset(settings.rank_env_names) if settings is not None else frozenset()
     env = {k: v for k, v in os.environ.items() if _passed_to_ranks(k, extra)}
     if settings is not None:
         env.update(dataset_env(settings))  # the data-path rules the API applied at submit, checked again
+    env.update(job or {})
     env[MARK_ENV] = mark
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default too; explicit so N ranks don't fight over cores
@@ -107,10 +136,15 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
     """Write the attempt's spec and start torchrun in its own process group.
 
     `code_dir`: the job's unpacked code bundle (worker/bundles.py `code_dir`), first on the ranks' PYTHONPATH.
+    A script job (spec `entrypoint`) runs its script in a working folder that shows the bundle's files
+    (worker/script_jobs.py); the built-in trainer runs in the run dir.
     """
     settings = settings if settings is not None else get_settings()
     run.root.mkdir(parents=True, exist_ok=True)
     run.checkpoints.mkdir(exist_ok=True)
+    run.tensorboard.mkdir(exist_ok=True)
+    entry = parse_entrypoint(spec["entrypoint"]) if spec.get("entrypoint") else None
+    cwd = script_workdir(run, entry, code_dir) if entry is not None else run.root
     log_dir = run.attempt_logs(attempt)
     log_dir.mkdir(parents=True, exist_ok=True)
     tmp = run.spec.with_suffix(".json.tmp")
@@ -119,14 +153,15 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
     port = free_port()
     mark = f"{job_id}-{attempt}-{uuid.uuid4().hex}"
     launcher_log = run.logs / f"attempt_{attempt}.torchrun.log"
+    env = rank_env(mark, cuda_visible_devices, settings, job_env(run, spec, job_id, attempt, settings))
     with open(launcher_log, "ab") as out:
         proc = subprocess.Popen(
-            build_command(run, job_id, attempt, nproc, port),
+            build_command(run, job_id, attempt, nproc, port, entry),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=pythonpath_first(rank_env(mark, cuda_visible_devices, settings), code_dir),
-            cwd=run.root,
+            env=pythonpath_first(env, code_dir),
+            cwd=cwd,
             start_new_session=True,  # its own process group: a signal to the group reaches torchrun, never us
         )
     return Launched(proc=proc, mark=mark, port=port, log_dir=log_dir, launcher_log=launcher_log)

@@ -1,0 +1,63 @@
+"""What is particular to a script job (spec `entrypoint`): its working folder, and what counts as a sign
+of life for the stall watchdog when the script writes no events.
+
+The working folder is `<run>/work/`: one link per top-level entry of the job's unpacked (read-only)
+code bundle, so the script sees its files by the same relative paths as on the user's machine, and
+whatever it writes to the current directory (`torch.save("model.pt")`) lands in the run dir, kept with
+the job and across its restarts, instead of failing on the read-only bundle.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from trainer.entrypoint import Entrypoint
+from trainer.run_dir import RunDir
+
+
+def _check_script(entry: Entrypoint, code_dir: Path) -> None:
+    if entry.script is None:
+        return
+    root = code_dir.resolve()
+    script = (root / entry.script).resolve()
+    if root not in script.parents or not script.is_file():
+        raise FileNotFoundError(
+            f"entrypoint script {entry.script!r} is not a file in the job's code bundle: give its path relative "
+            "to the folder you uploaded (`rankzero submit job.yaml --code DIR`)"
+        )
+
+
+def script_workdir(run: RunDir, entry: Entrypoint, code_dir: Path | None) -> Path:
+    """The script's working folder, its links to the bundle refreshed (raises FileNotFoundError, an OSError,
+    when there is no bundle or the script is not in it: the launch fails with that message)."""
+    if code_dir is None:
+        raise FileNotFoundError("a script job runs inside its code bundle, and this job has none (spec `code`)")
+    _check_script(entry, code_dir)
+    work = run.work
+    work.mkdir(parents=True, exist_ok=True)
+    for item in sorted(code_dir.iterdir()):
+        link = work / item.name
+        if link.is_symlink():
+            if os.readlink(link) == str(item):
+                continue
+            link.unlink()  # a link from another host's cache folder, say
+        elif link.exists():
+            continue  # the script wrote a file of that name itself: it is the script's
+        link.symlink_to(item)
+    return work
+
+
+def output_size(run: RunDir, attempt: int) -> int:
+    """Bytes the attempt's ranks have written to their logs and TensorBoard files: a script job that
+    emits no events is alive while this grows (the stall watchdog's sign of life)."""
+    total = 0
+    for base, pattern in ((run.attempt_logs(attempt), "*.log"), (run.tensorboard, "*tfevents*")):
+        if not base.is_dir():
+            continue
+        for path in base.rglob(pattern):
+            try:
+                total += path.stat().st_size
+            except OSError:
+                continue
+    return total
