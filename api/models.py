@@ -94,6 +94,10 @@ class TransitionPublic(BaseModel):
 
 class JobDetail(JobPublic):
     transitions: list[TransitionPublic]
+    code_bytes: int | None = Field(
+        None, description="The job's code bundle (spec `code`), compressed; its files: GET /api/code/{sha256}/files."
+    )
+    code_files: int | None = Field(None, description="Files in the job's code bundle.")
 
 
 class JobPage(BaseModel):

@@ -16,7 +16,8 @@ referred to by a job spec as `code: "sha256:<hex>"`.
   read over `READ_CAP` (a pax header cannot make us buffer a gigabyte) and any total past the
   unpacked budget (no gzip bomb), and the gzip CRC is checked to the end. Unpacking goes member by
   member through tarfile's `filter="data"` as well.
-- Storage: `<runs_dir>/.bundles/<sha256>.tar.gz` (+ `<sha256>.json`, its manifest), shared by the API
+- Storage: `<runs_dir>/.bundles/<sha256>.tar.gz` (+ `<sha256>.json`, its summary, and
+  `<sha256>.files.json`, its file list), shared by the API
   and the workers of one host or one compose project; written atomically (a temp file in the same
   folder, hard-linked into place: exactly one writer creates it, and a reader never sees half a file).
 - Retention (`cleanup`): a bundle no queued/running job refers to, none finished within
@@ -112,7 +113,13 @@ def archive_path(settings: Settings, sha256: str) -> Path:
 
 
 def manifest_path(settings: Settings, sha256: str) -> Path:
+    """The bundle's summary (sha256, bytes, files, unpacked_bytes): small, cheap to read."""
     return store_dir(settings) / f"{parse_ref(sha256)}.json"
+
+
+def files_path(settings: Settings, sha256: str) -> Path:
+    """The bundle's file list ([[path, size], ...])."""
+    return store_dir(settings) / f"{parse_ref(sha256)}.files.json"
 
 
 def is_stored(settings: Settings, sha256: str) -> bool:
@@ -186,13 +193,16 @@ class Manifest:
                 names.add(name)
         return names
 
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
+    def summary_json(self) -> str:
+        return json.dumps({k: v for k, v in asdict(self).items() if k != "paths"}, separators=(",", ":"))
+
+    def paths_json(self) -> str:
+        return json.dumps(self.paths, separators=(",", ":"))
 
     @classmethod
-    def from_json(cls, text: str) -> Manifest:
-        data = json.loads(text)
-        data["paths"] = [(str(p), int(s)) for p, s in data.get("paths", [])]
+    def from_json(cls, summary: str, paths: str | None = None) -> Manifest:
+        data = json.loads(summary)
+        data["paths"] = [(str(p), int(s)) for p, s in json.loads(paths)] if paths is not None else []
         return cls(**data)
 
 
@@ -534,7 +544,7 @@ def store(settings: Settings, tmp: Path, sha256: str) -> tuple[Manifest, bool]:
             return known, False
         found = scan(tmp, Limits.of(settings))
         found.sha256 = sha256
-        _write_atomic(manifest_path(settings, sha256), found.to_json())
+        _save_manifest(settings, found)
         try:
             os.link(tmp, final)
         except FileExistsError:
@@ -548,21 +558,25 @@ def store(settings: Settings, tmp: Path, sha256: str) -> tuple[Manifest, bool]:
         tmp.unlink(missing_ok=True)
 
 
-def manifest(settings: Settings, sha256: str) -> Manifest | None:
-    """The stored bundle's manifest (rebuilt from the archive when missing), or None when not stored."""
-    path = manifest_path(settings, sha256)
+def _save_manifest(settings: Settings, found: Manifest) -> None:
+    _write_atomic(files_path(settings, found.sha256), found.paths_json())
+    _write_atomic(manifest_path(settings, found.sha256), found.summary_json())  # last: the summary means complete
+
+
+def manifest(settings: Settings, sha256: str, paths: bool = True) -> Manifest | None:
+    """The stored bundle's manifest (with its file list unless `paths` is False: then a small read),
+    rebuilt from the archive when missing; None when the bundle is not stored."""
     try:
-        return Manifest.from_json(path.read_text())
-    except FileNotFoundError:
-        pass
-    except (ValueError, TypeError, KeyError):
-        path.unlink(missing_ok=True)
+        summary = manifest_path(settings, sha256).read_text()
+        return Manifest.from_json(summary, files_path(settings, sha256).read_text() if paths else None)
+    except (OSError, ValueError, TypeError, KeyError):
+        pass  # missing or damaged: rebuilt from the archive
     archive = archive_path(settings, sha256)
     if not archive.is_file():
         return None
     found = scan(archive, Limits.of(settings))
     found.sha256 = sha256
-    _write_atomic(path, found.to_json())
+    _save_manifest(settings, found)
     return found
 
 
@@ -611,14 +625,15 @@ def cleanup(settings: Settings, now: float | None = None) -> list[str]:
     for path in folder.iterdir():
         with contextlib.suppress(FileNotFoundError):
             age = now - path.stat().st_mtime
-            digest = path.name.removesuffix(ARCHIVE_SUFFIX)
+            digest = path.name.split(".", 1)[0]
             if path.name.startswith(INCOMING_PREFIX) or path.suffix == ".json":
                 # a crashed upload's temp file; a manifest whose archive is gone
-                orphan = path.suffix != ".json" or not (folder / f"{path.stem}{ARCHIVE_SUFFIX}").exists()
+                orphan = path.suffix != ".json" or not (folder / f"{digest}{ARCHIVE_SUFFIX}").exists()
                 if orphan and age > INCOMING_STALE_S:
                     path.unlink()
             elif SHA256_HEX.match(digest) and digest not in keep and age > settings.bundle_retention_s:
                 path.unlink()
                 manifest_path(settings, digest).unlink(missing_ok=True)
+                files_path(settings, digest).unlink(missing_ok=True)
                 removed.append(digest)
     return removed

@@ -13,7 +13,7 @@ from sqlmodel import col, select
 from api import submit_policy
 from api.deps import JobId, SessionDep, SettingsDep, job_or_404
 from api.models import ErrorDetail, JobDetail, JobPage, JobPublic, TransitionPublic
-from core import jobs, queue
+from core import bundles, jobs, queue
 from core.settings import Settings
 from core.tables import Job, JobStatus, JobTransition
 from trainer.spec import JobSpec
@@ -117,12 +117,26 @@ def list_jobs(
 
 
 @router.get("/jobs/{job_id}", response_model=JobDetail, responses={404: {"model": ErrorDetail}})
-def get_job(job_id: JobId, session: SessionDep) -> JobDetail:
+def get_job(job_id: JobId, session: SessionDep, settings: SettingsDep) -> JobDetail:
     job = job_or_404(session, job_id)
     rows = session.exec(
         select(JobTransition).where(JobTransition.job_id == job_id).order_by(col(JobTransition.id))
     ).all()
-    return JobDetail(**JobPublic.from_row(job).model_dump(), transitions=[TransitionPublic.from_row(r) for r in rows])
+    return JobDetail(
+        **JobPublic.from_row(job).model_dump(),
+        transitions=[TransitionPublic.from_row(r) for r in rows],
+        **_code_summary(job.spec, settings),
+    )
+
+
+def _code_summary(spec: dict, settings: Settings) -> dict[str, int]:
+    """code_bytes / code_files of the job's bundle (one small read), when it has one still stored."""
+    code = spec.get("code") if isinstance(spec, dict) else None
+    try:
+        found = bundles.manifest(settings, code, paths=False) if isinstance(code, str) else None
+    except bundles.BundleError:
+        found = None
+    return {"code_bytes": found.bytes, "code_files": found.files} if found else {}
 
 
 @router.post(

@@ -136,6 +136,7 @@ def test_submit_with_code(client: TestClient, settings: Settings, project, tmp_p
     assert r.status_code == 201, r.text  # mypkg is in the job's own bundle: no RANKZERO_ALLOWED_CODE needed
     job = client.get(f"/api/jobs/{r.json()['id']}").json()
     assert job["spec"]["code"] == f"sha256:{sha}"
+    assert (job["code_bytes"], job["code_files"]) == (len(body), 6)
 
     r = client.post("/api/jobs", json={**spec, "model": {"name": "otherpkg.models:build"}, "code": f"sha256:{sha}"})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "model", "name"]

@@ -112,6 +112,8 @@ def test_retention(api_settings: Callable[..., Settings], tmp_path: Path):
     for name in ("queued", "recent", "fresh"):
         assert bundles.is_stored(settings, shas[name]) and bundles.manifest_path(settings, shas[name]).exists()
     assert not bundles.manifest_path(settings, shas["old"]).exists()
+    assert not bundles.files_path(settings, shas["old"]).exists()
+    assert bundles.files_path(settings, shas["fresh"]).exists()
 
     pruned = worker_bundles.prune_cache(settings, bundles.referenced(settings, at_later), now=later)
     assert sorted(pruned) == sorted([shas["old"], shas["orphan"]])
