@@ -42,7 +42,7 @@ class GpuLease:
 
 
 def _try_lock(path: Path) -> IO[str] | None:
-    fh = open(path, "a")
+    fh = open(path, "a")  # noqa: SIM115  (the open file is the lock: the caller holds it, then closes it)
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

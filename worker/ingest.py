@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from sqlmodel import Session
 
 from core import jobs
 from core.tables import Checkpoint, Job, MetricPoint, utcnow
+from trainer.event_types import EventType
 
 BATCH = 20_000  # events per transaction
 COPY_THRESHOLD = 500  # PostgreSQL: from this many points on, COPY beats INSERT … VALUES
@@ -59,8 +61,11 @@ class EventTail:
 
 
 @dataclass
-class Outcome:
-    """What the events said about how the attempt ended (None fields: not said)."""
+class EventsSeen:
+    """What the events said about how the attempt ended (None fields: not said).
+
+    Only the events' account: the outcome the worker writes to the job row is `core.jobs`'s business.
+    """
 
     started: dict[str, Any] | None = None
     finished: bool = False
@@ -69,6 +74,19 @@ class Outcome:
     last_event_seq: int = -1
     points: int = 0
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class _Batch:
+    """What one batch of events writes, in one transaction."""
+
+    job_id: int
+    seen: EventsSeen
+    # Copied from the ingestor and kept only once the write commits: a failed write (database down) is retried whole.
+    max_step: dict[str, int]
+    points: list[dict[str, Any]] = field(default_factory=list)
+    ckpts: list[dict[str, Any]] = field(default_factory=list)
+    progress: dict[str, Any] = field(default_factory=dict)
 
 
 def _insert(engine: Engine, table: Any) -> Any:
@@ -84,6 +102,112 @@ def _finite(value: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
+# --- one handler per event type -----------------------------------------------------------------
+# `note` sees every event, even one already ingested (a restarted worker must still learn how the
+# attempt ended); `write` sees only events not yet ingested and adds their rows to the batch.
+
+Event = dict[str, Any]
+
+
+def _ignore(_target: Any, _ev: Event) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class _Handler:
+    note: Callable[[EventsSeen, Event], None] = _ignore
+    write: Callable[[_Batch, Event], None] = _ignore
+
+
+def _note_started(seen: EventsSeen, ev: Event) -> None:
+    seen.started = ev
+
+
+def _note_finished(seen: EventsSeen, _ev: Event) -> None:
+    seen.finished = True
+
+
+def _note_stopped(seen: EventsSeen, ev: Event) -> None:
+    seen.stopped = ev
+
+
+def _note_failed(seen: EventsSeen, ev: Event) -> None:
+    seen.failed = ev
+
+
+def _write_started(batch: _Batch, ev: Event) -> None:
+    if isinstance(ev.get("total_steps"), int):
+        batch.progress["total_steps"] = ev["total_steps"]
+    if isinstance(ev.get("start_step"), int):
+        batch.progress["step"] = ev["start_step"]
+
+
+def _write_progress(batch: _Batch, ev: Event) -> None:
+    for key in ("step", "total_steps", "epoch", "samples"):
+        if isinstance(ev.get(key), int):
+            batch.progress[key] = ev[key]
+    for key in ("samples_per_s", "eta_s"):
+        if key in ev:
+            batch.progress[key] = _finite(ev[key])
+
+
+def _write_metric(batch: _Batch, ev: Event) -> None:
+    name, value, step = ev.get("name"), _finite(ev.get("value")), ev.get("step")
+    if not isinstance(name, str) or value is None or not isinstance(step, int):
+        return
+    if step <= batch.max_step.get(name, -1):
+        return  # a resumed attempt replaying steps we already hold
+    batch.max_step[name] = step
+    batch.points.append(
+        {
+            "job_id": batch.job_id,
+            "seq": ev["seq"],
+            "step": step,
+            "name": name[:200],
+            "value": value,
+            "time": float(ev.get("time", 0.0)),
+        }
+    )
+    if name == "train/loss":
+        batch.progress["latest_loss"] = value
+
+
+def _write_checkpoint(batch: _Batch, ev: Event) -> None:
+    if not isinstance(ev.get("path"), str):
+        return
+    row = {
+        "job_id": batch.job_id,
+        "step": int(ev.get("step", 0)),
+        "epoch": ev.get("epoch"),
+        "path": ev["path"],
+        "bytes": int(ev.get("bytes", 0)),
+        "sha256": str(ev.get("sha256", ""))[:64],
+        "created_at": utcnow(),
+    }
+    batch.ckpts.append(row)
+    batch.seen.checkpoints.append(row)
+
+
+HANDLERS: dict[EventType, _Handler] = {
+    EventType.started: _Handler(note=_note_started, write=_write_started),
+    EventType.progress: _Handler(write=_write_progress),
+    EventType.metric: _Handler(write=_write_metric),
+    EventType.checkpoint: _Handler(write=_write_checkpoint),
+    EventType.stopped: _Handler(note=_note_stopped),
+    EventType.finished: _Handler(note=_note_finished),
+    EventType.failed: _Handler(note=_note_failed),
+}
+_unhandled = [t.value for t in EventType if t not in HANDLERS]
+if _unhandled:  # a new EventType needs its handler here (a plain `assert` would vanish under python -O)
+    raise RuntimeError(f"worker/ingest.py has no handler for event types {_unhandled}")
+_BY_NAME: dict[str, _Handler] = {t.value: h for t, h in HANDLERS.items()}
+_UNKNOWN = _Handler()  # a type this version does not know (a newer trainer?): skipped, its seq still counts
+
+
+def _handler_for(kind: object) -> _Handler:
+    return _BY_NAME.get(kind, _UNKNOWN) if isinstance(kind, str) else _UNKNOWN
+
+
 class Ingestor:
     """Writes one job's events. Keep one per supervised job; `ingest` is safe to call with repeats."""
 
@@ -91,7 +215,7 @@ class Ingestor:
         self.engine = engine
         self.job_id = job_id
         self.run_root = run_root
-        self.outcome = Outcome()
+        self.seen = EventsSeen()
         with Session(engine) as s:
             job = s.get(Job, job_id)
             self.ingested_seq = job.ingested_seq if job else -1
@@ -111,82 +235,40 @@ class Ingestor:
             new += self._ingest_batch(events[start : start + BATCH])
         return new
 
-    def _ingest_batch(self, events: list[dict[str, Any]]) -> int:
-        points: list[dict[str, Any]] = []
-        ckpts: list[dict[str, Any]] = []
-        progress: dict[str, Any] = {}
+    @property
+    def outcome(self) -> EventsSeen:
+        """The old name of `seen`, kept until tests/reliability/test_rel_sqlite_load.py reads `seen`."""
+        return self.seen
+
+    def _ingest_batch(self, events: list[Event]) -> int:
+        batch = _Batch(job_id=self.job_id, seen=self.seen, max_step=dict(self.max_step))
         top = self.ingested_seq
-        max_step = dict(
-            self.max_step
-        )  # kept only once the write commits: a failed write (database down) is retried whole
         for ev in events:
             seq = ev["seq"]
-            self.outcome.last_event_seq = max(self.outcome.last_event_seq, seq)
-            kind = ev.get("type")
-            # Outcome markers are noted even when already ingested: a restarted worker must still see them.
-            if kind == "started":
-                self.outcome.started = ev
-            elif kind == "finished":
-                self.outcome.finished = True
-            elif kind == "stopped":
-                self.outcome.stopped = ev
-            elif kind == "failed":
-                self.outcome.failed = ev
+            self.seen.last_event_seq = max(self.seen.last_event_seq, seq)
+            handler = _handler_for(ev.get("type"))
+            handler.note(self.seen, ev)
             if seq <= self.ingested_seq:
                 continue
             top = max(top, seq)
-            if kind == "metric":
-                name, value, step = ev.get("name"), _finite(ev.get("value")), ev.get("step")
-                if not isinstance(name, str) or value is None or not isinstance(step, int):
-                    continue
-                if step <= max_step.get(name, -1):
-                    continue  # a resumed attempt replaying steps we already hold
-                max_step[name] = step
-                points.append(
-                    {
-                        "job_id": self.job_id,
-                        "seq": seq,
-                        "step": step,
-                        "name": name[:200],
-                        "value": value,
-                        "time": float(ev.get("time", 0.0)),
-                    }
-                )
-                if name == "train/loss":
-                    progress["latest_loss"] = value
-            elif kind == "progress":
-                for key in ("step", "total_steps", "epoch", "samples"):
-                    if isinstance(ev.get(key), int):
-                        progress[key] = ev[key]
-                for key in ("samples_per_s", "eta_s"):
-                    if key in ev:
-                        progress[key] = _finite(ev[key])
-            elif kind == "started":
-                if isinstance(ev.get("total_steps"), int):
-                    progress["total_steps"] = ev["total_steps"]
-                if isinstance(ev.get("start_step"), int):
-                    progress["step"] = ev["start_step"]
-            elif kind == "checkpoint" and isinstance(ev.get("path"), str):
-                row = {
-                    "job_id": self.job_id, "step": int(ev.get("step", 0)), "epoch": ev.get("epoch"),
-                    "path": ev["path"], "bytes": int(ev.get("bytes", 0)), "sha256": str(ev.get("sha256", ""))[:64],
-                    "created_at": utcnow(),
-                }  # fmt: skip
-                ckpts.append(row)
-                self.outcome.checkpoints.append(row)
-        if top == self.ingested_seq and not progress:
+            handler.write(batch, ev)
+        if top == self.ingested_seq and not batch.progress:
             return 0
-        with self.engine.begin() as conn:
-            if points:
-                self._insert_points(conn, points)
-            if ckpts:
-                conn.execute(self._ckpts, ckpts)
-                self._forget_deleted_checkpoints(conn)
-            jobs.record_ingested(conn, self.job_id, top, progress)
+        self._write(batch, top)
         self.ingested_seq = top
-        self.max_step = max_step
-        self.outcome.points += len(points)
-        return len(points)
+        self.max_step = batch.max_step
+        self.seen.points += len(batch.points)
+        return len(batch.points)
+
+    def _write(self, batch: _Batch, top: int) -> None:
+        """The batch's rows and the job's progress up to seq `top`, in one transaction."""
+        with self.engine.begin() as conn:
+            if batch.points:
+                self._insert_points(conn, batch.points)
+            if batch.ckpts:
+                conn.execute(self._ckpts, batch.ckpts)
+                self._forget_deleted_checkpoints(conn)
+            jobs.record_ingested(conn, self.job_id, top, batch.progress)
 
     def _insert_points(self, conn: Any, points: list[dict[str, Any]]) -> None:
         if self.engine.dialect.name != "postgresql" or len(points) < COPY_THRESHOLD:

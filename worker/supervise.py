@@ -2,6 +2,9 @@
 
 wait for GPUs (in order) → claim (queued → starting) → launch torchrun → running
 → loop { ingest events, heartbeat, act on cancelling / drain / stall, notice exit } → outcome
+
+"Outcome" is what this module writes to the job row (through core.jobs); what the trainer's events
+said about the attempt is `EventsSeen` (worker/ingest.py), one of the things the outcome is read from.
 """
 
 from __future__ import annotations
@@ -10,9 +13,13 @@ import logging
 import signal
 import socket
 import time
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
@@ -20,16 +27,17 @@ from core import jobs, queue
 from core.capacity import gpus_needed, host_gpus
 from core.db import get_engine
 from core.settings import Settings
-from core.tables import Checkpoint, JobStatus
+from core.tables import Checkpoint, Job, JobStatus
+from trainer.event_types import EventType
+from trainer.exit_codes import EXIT_OK
 from trainer.run_dir import RunDir, job_run_dir
 from trainer.spec import JobSpec
 from worker import cancel, drain, errors, gpus
-from worker.ingest import EventTail, Ingestor
+from worker.ingest import EventsSeen, EventTail, Ingestor
 from worker.launch import Launched, launch
 
 log = logging.getLogger("rankzero.worker")
 S = JobStatus
-STOPPED_EXIT = 75  # the trainer's "checkpointed after SIGTERM" exit code
 FOLD_EVERY_S = 2.0
 # Until the trainer's `started` event (imports, data download, rendezvous) the stall watchdog waits at
 # least this long: stall_timeout_s is about training making no progress, not about a slow start.
@@ -38,7 +46,37 @@ STARTUP_GRACE_S = 600.0
 DB_RETRY_S = 600.0
 
 
-def _fold_rollups(engine, job_id: int) -> None:
+@dataclass(frozen=True)
+class Attempt:
+    """One launched attempt of a job: what every step of its supervision needs."""
+
+    engine: Engine
+    settings: Settings
+    job_id: int
+    number: int  # 1 for the first attempt; the row's `attempt`
+    spec: JobSpec
+    run: RunDir
+    launched: Launched
+
+
+class StopReason(str, Enum):
+    """Why the worker stopped the ranks itself (None: they exited on their own)."""
+
+    cancel = "cancel"  # the row went to `cancelling`
+    drain = "drain"  # this worker is shutting down
+    stall = "stall"  # no event for stall_timeout_s
+    gone = "gone"  # the row was deleted or finished under us: do not leave ranks behind
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How the ranks' processes ended: torchrun's exit code, and why we stopped them, if we did."""
+
+    exit_code: int | None
+    stopped_for: StopReason | None = None
+
+
+def _fold_rollups(engine: Engine, job_id: int) -> None:
     """Fold new points into the API's min/max rollups now, so a chart read never pays for it."""
     try:
         from core import metric_rollup
@@ -50,7 +88,7 @@ def _fold_rollups(engine, job_id: int) -> None:
         log.exception("job %s: folding metric rollups failed", job_id)
 
 
-def _latest_checkpoint(engine, job_id: int, run: RunDir) -> Path | None:
+def _latest_checkpoint(engine: Engine, job_id: int, run: RunDir) -> Path | None:
     with Session(engine) as s:
         rows = s.execute(
             select(Checkpoint.path).where(Checkpoint.job_id == job_id).order_by(Checkpoint.step.desc())
@@ -102,161 +140,261 @@ def run_job(job_id: int, settings: Settings) -> str:
         if job is None:
             return f"job {job_id}: claimed by another delivery"
         cuda = lease.cuda_visible_devices if lease else ("" if host else None)
-        return _run_attempt(engine, settings, job_id, job.attempt, spec, cuda)
+        return _run_attempt(engine, settings, job, spec, cuda)
     finally:
         if lease is not None:
             lease.release()
 
 
-def _run_attempt(engine, settings: Settings, job_id: int, attempt: int, spec: JobSpec, cuda: str | None) -> str:
+# --- launching ----------------------------------------------------------------------------------
+
+
+def _run_attempt(engine: Engine, settings: Settings, job: Job, spec: JobSpec, cuda: str | None) -> str:
+    """Launch attempt `job.attempt` of a claimed job and supervise it to its outcome."""
+    job_id, number = job.id, job.attempt
     run = RunDir(job_run_dir(settings.resolved_runs_dir, job_id))
     spec_dict = spec.model_dump(mode="json")
-    if attempt > 1:
+    if number > 1:
         latest = _latest_checkpoint(engine, job_id, run)
         if latest is not None:
             spec_dict["resume_from"] = str(latest)
     try:
-        launched = launch(run, spec_dict, job_id, attempt, spec.nproc, cuda)
+        launched = launch(run, spec_dict, job_id, number, spec.nproc, cuda)
     except OSError as exc:
         jobs.finish(engine, job_id, S.failed, detail="launch failed", error=f"could not start torchrun: {exc}")
         return f"job {job_id}: launch failed"
-    jobs.mark_running(engine, job_id, launched.proc.pid, detail=f"torchrun pid {launched.proc.pid}, attempt {attempt}")
-    log.info("job %s attempt %s: torchrun pid %s on %s", job_id, attempt, launched.proc.pid, cuda or "cpu")
-    return _supervise(engine, settings, job_id, attempt, spec, run, launched)
+    pid = launched.proc.pid
+    jobs.mark_running(engine, job_id, pid, detail=f"torchrun pid {pid}, attempt {number}")
+    log.info("job %s attempt %s: torchrun pid %s on %s", job_id, number, pid, cuda or "cpu")
+    attempt = Attempt(engine, settings, job_id, number, spec, run, launched)
+    return _supervise(attempt)
 
 
-def _supervise(
-    engine, settings: Settings, job_id: int, attempt: int, spec: JobSpec, run: RunDir, launched: Launched
-) -> str:
-    tail = EventTail(run.events)
-    ingestor = Ingestor(engine, job_id, run.root)
-    poll = settings.poll_s
-    last_beat = last_event = last_fold = time.monotonic()
-    launched_at = time.time()
-    started = False  # this attempt's `started` event seen: the stall watchdog is armed
-    pending: list[dict] = []  # events read but not yet written (the database may be down)
-    stop_reason: str | None = None  # "cancel" | "drain" | "stall"
-    exit_code: int | None = None
-    while True:
-        events = tail.read()
+# --- supervising --------------------------------------------------------------------------------
+
+
+def _supervise(a: Attempt) -> str:
+    """Watch the attempt until its ranks exit or must be stopped, then record its outcome."""
+    watch = _Watch(a)
+    ended = _watch_until_ended(watch)
+    watch.read_events()  # what the ranks wrote on their way out (final checkpoint, stopped, failed)
+    return _record_outcome(a, watch, ended)
+
+
+class _Watch:
+    """The supervision loop's state: events read but not yet written (the database may be down),
+    whether this attempt's `started` event was seen (it arms the stall watchdog), and the times of
+    the last event, heartbeat and rollup fold."""
+
+    def __init__(self, a: Attempt) -> None:
+        self.a = a
+        self.tail = EventTail(a.run.events)
+        self.ingestor = Ingestor(a.engine, a.job_id, a.run.root)
+        self.pending: list[dict[str, Any]] = []
+        self.launched_at = time.time()
+        self.started = False
+        self.last_beat = self.last_event = self.last_fold = time.monotonic()
+
+    def read_events(self) -> None:
+        events = self.tail.read()
         if events:
-            pending.extend(events)
-            last_event = time.monotonic()
-            started = started or any(
-                e.get("type") == "started" and float(e.get("time", 0)) >= launched_at - 1 for e in events
-            )
-        exit_code = launched.proc.poll()
-        if exit_code is not None:
-            exit_code = cancel.wait_gone(launched.proc, launched.mark)
-            break
-        now = time.monotonic()
+            self.pending.extend(events)
+            self.last_event = time.monotonic()
+            self.started = self.started or any(self._is_this_start(e) for e in events)
+
+    def _is_this_start(self, ev: dict[str, Any]) -> bool:
+        """This attempt's `started` (an earlier attempt's is older than its launch)."""
+        return ev.get("type") == EventType.started and float(ev.get("time", 0)) >= self.launched_at - 1
+
+    def sync(self, now: float) -> JobStatus | None:
+        """Write pending events, beat the heart, read the row's status; a database that is down reads
+        as `running`: the ranks carry on and the events wait in `pending`."""
+        a = self.a
         try:
-            if pending:
-                new = ingestor.ingest(pending)
-                pending = []
-                if new and now - last_fold > FOLD_EVERY_S:
-                    _fold_rollups(engine, job_id)
-                    last_fold = now
-            status = jobs.status_of(engine, job_id)
-            if now - last_beat >= settings.heartbeat_s:
-                jobs.touch_live(engine, job_id)
-                last_beat = now
+            self._write_pending(now)
+            status = jobs.status_of(a.engine, a.job_id)
+            if now - self.last_beat >= a.settings.heartbeat_s:
+                jobs.touch_live(a.engine, a.job_id)
+                self.last_beat = now
         except DBAPIError as exc:
-            # The database is unreachable (restarting?): the ranks carry on, events wait in `pending`.
-            log.warning("job %s: database unavailable, retrying (%s)", job_id, type(exc).__name__)
-            status = S.running
-        stall_limit = (
-            spec.stall_timeout_s
-            if started or spec.stall_timeout_s is None
-            else max(spec.stall_timeout_s, STARTUP_GRACE_S)
-        )
-        if status == S.cancelling:
-            stop_reason = "cancel"
-        elif drain.draining(settings):
-            stop_reason = "drain"
-        elif stall_limit is not None and now - last_event > stall_limit:
-            stop_reason = "stall"
-        elif status is None or status.is_terminal:
-            stop_reason = "gone"  # deleted or finished under us: do not leave ranks behind
-        if stop_reason:
-            grace = settings.cancel_grace_s if stop_reason != "stall" else min(settings.cancel_grace_s, 5.0)
-            exit_code = cancel.stop(launched.proc, launched.mark, grace)
-            break
-        time.sleep(poll)
-    pending.extend(tail.read())  # what the ranks wrote on their way out (final checkpoint, stopped, failed)
+            log.warning("job %s: database unavailable, retrying (%s)", a.job_id, type(exc).__name__)
+            return S.running
+        return status
+
+    def _write_pending(self, now: float) -> None:
+        if not self.pending:
+            return
+        new = self.ingestor.ingest(self.pending)
+        self.pending = []
+        if new and now - self.last_fold > FOLD_EVERY_S:
+            _fold_rollups(self.a.engine, self.a.job_id)
+            self.last_fold = now
+
+    def stall_limit(self) -> float | None:
+        """Seconds without an event that count as a stall; longer until `started` (a slow start is no stall)."""
+        limit = self.a.spec.stall_timeout_s
+        if self.started or limit is None:
+            return limit
+        return max(limit, STARTUP_GRACE_S)
+
+
+def _watch_until_ended(watch: _Watch) -> Ended:
+    """Poll until the ranks exit on their own, or stop them when the row, the worker or a stall says so."""
+    a = watch.a
+    proc, mark = a.launched.proc, a.launched.mark
+    while True:
+        watch.read_events()
+        if proc.poll() is not None:
+            return Ended(cancel.wait_gone(proc, mark))
+        now = time.monotonic()
+        status = watch.sync(now)
+        reason = _stop_reason(watch, status, now)
+        if reason is not None:
+            return Ended(cancel.stop(proc, mark, _grace_s(a.settings, reason)), reason)
+        time.sleep(a.settings.poll_s)
+
+
+def _stop_reason(watch: _Watch, status: JobStatus | None, now: float) -> StopReason | None:
+    if status == S.cancelling:
+        return StopReason.cancel
+    if drain.draining(watch.a.settings):
+        return StopReason.drain
+    limit = watch.stall_limit()
+    if limit is not None and now - watch.last_event > limit:
+        return StopReason.stall
+    if status is None or status.is_terminal:
+        return StopReason.gone
+    return None
+
+
+def _grace_s(settings: Settings, reason: StopReason) -> float:
+    """How long the ranks get to checkpoint after SIGTERM (a hung rank will not: 5 s at most)."""
+    return min(settings.cancel_grace_s, 5.0) if reason is StopReason.stall else settings.cancel_grace_s
+
+
+# --- recording the outcome ----------------------------------------------------------------------
+
+
+def _record_outcome(a: Attempt, watch: _Watch, ended: Ended) -> str:
+    """Write the last events and the outcome, retrying for DB_RETRY_S while the database is unreachable."""
     deadline = time.monotonic() + DB_RETRY_S
     while True:
         try:
-            ingestor.ingest(pending)
-            _fold_rollups(engine, job_id)
-            return _record(engine, settings, job_id, attempt, spec, run, launched, ingestor, exit_code, stop_reason)
+            watch.ingestor.ingest(watch.pending)
+            _fold_rollups(a.engine, a.job_id)
+            return _record(a, watch.ingestor.seen, ended)
         except DBAPIError:
             if time.monotonic() > deadline:
                 raise
-            log.warning("job %s: database unavailable while recording the outcome; retrying", job_id)
+            log.warning("job %s: database unavailable while recording the outcome; retrying", a.job_id)
             time.sleep(2.0)
 
 
-def _record(engine, settings, job_id, attempt, spec, run, launched, ingestor, exit_code, stop_reason) -> str:
-    ev = ingestor.outcome
-    if stop_reason == "cancel":
-        jobs.finish(
-            engine, job_id, S.cancelled, detail=f"cancelled; ranks stopped (exit {exit_code})", exit_code=exit_code
-        )
-        return f"job {job_id}: cancelled"
-    if stop_reason == "gone":
-        return f"job {job_id}: row left the live states; ranks stopped"
-    if stop_reason == "drain":
-        jobs.requeue(
-            engine,
-            job_id,
-            detail="worker shutting down; the job resumes from its latest checkpoint",
-            exit_code=exit_code,
-        )
-        queue.enqueue_or_defer(job_id, settings)
-        return f"job {job_id}: handed back to the queue (worker shutting down)"
-    if stop_reason is None and (exit_code == 0 or ev.finished):
-        # After `finished` the final checkpoint and every event are on disk; a rank dying in process-group
-        # teardown (seen: gloo aborting when its peer exits first) loses nothing, so it is only noted.
-        detail = (
-            "finished"
-            if exit_code == 0
-            else f"finished (a rank exited with {exit_code} during teardown, after the final checkpoint)"
-        )
-        if jobs.finish(engine, job_id, S.succeeded, detail=detail, exit_code=exit_code, eta_s=0.0):
-            return f"job {job_id}: succeeded"
-        return f"job {job_id}: finished but its row had moved on"
-    if stop_reason == "stall":
-        failure = errors.Failure(message=f"no event for {spec.stall_timeout_s:g} s (stall_timeout_s): a rank hung; its ranks were stopped",
-                                 exit_code=exit_code)  # fmt: skip
+def _record(a: Attempt, seen: EventsSeen, ended: Ended) -> str:
+    """Write the attempt's outcome to the job row; return the one-line account."""
+    if ended.stopped_for is StopReason.cancel:
+        return _record_cancelled(a, ended)
+    if ended.stopped_for is StopReason.gone:
+        return f"job {a.job_id}: row left the live states; ranks stopped"
+    if ended.stopped_for is StopReason.drain:
+        return _hand_back(a, ended)
+    if ended.stopped_for is None and (ended.exit_code == EXIT_OK or seen.finished):
+        return _record_succeeded(a, ended)
+    if ended.stopped_for is StopReason.stall:
+        return _restart_or_fail(a, _stall_failure(a, ended))
+    return _restart_or_fail(a, _diagnose_failure(a, seen, ended))
+
+
+def _record_cancelled(a: Attempt, ended: Ended) -> str:
+    detail = f"cancelled; ranks stopped (exit {ended.exit_code})"
+    jobs.finish(a.engine, a.job_id, S.cancelled, detail=detail, exit_code=ended.exit_code)
+    return f"job {a.job_id}: cancelled"
+
+
+def _hand_back(a: Attempt, ended: Ended) -> str:
+    """This worker is shutting down: the ranks checkpointed; another worker resumes the job."""
+    detail = "worker shutting down; the job resumes from its latest checkpoint"
+    jobs.requeue(a.engine, a.job_id, detail=detail, exit_code=ended.exit_code)
+    queue.enqueue_or_defer(a.job_id, a.settings)
+    return f"job {a.job_id}: handed back to the queue (worker shutting down)"
+
+
+def _record_succeeded(a: Attempt, ended: Ended) -> str:
+    # After `finished` the final checkpoint and every event are on disk; a rank dying in process-group
+    # teardown (seen: gloo aborting when its peer exits first) loses nothing, so it is only noted.
+    code = ended.exit_code
+    if code == EXIT_OK:
+        detail = "finished"
     else:
-        failure = errors.diagnose(run, attempt, launched.launcher_log, exit_code)
-        if failure.rank is not None and failure.exit_code is not None and failure.exit_code < 0:
-            # Killed by a signal: that rank wrote no error of its own, and rank 0's `failed` event
-            # would only echo it (a broken connection), so torchrun's root cause names the rank.
-            try:
-                name = signal.Signals(-failure.exit_code).name
-            except ValueError:
-                name = f"signal {-failure.exit_code}"
-            failure.message = (
-                f"killed by {name} (out of memory, or killed from outside); torchrun stopped the other ranks"
-            )
-        elif ev.failed and ev.failed.get("error"):
-            failure.message = str(ev.failed["error"])
-            if isinstance(ev.failed.get("rank"), int):
-                failure.rank = ev.failed["rank"]
-            if ev.failed.get("traceback") and not failure.traceback:
-                tb = ev.failed["traceback"]
-                failure.traceback = tb if isinstance(tb, list) else str(tb).splitlines()
-    if attempt <= spec.max_restarts:
-        detail = f"attempt {attempt} failed ({failure.message}); restarting from the latest checkpoint ({attempt}/{spec.max_restarts} restarts)"
-        if jobs.requeue(engine, job_id, detail=detail, failed_rank=failure.rank, exit_code=failure.exit_code):
-            queue.enqueue_or_defer(job_id, settings)
-            return f"job {job_id}: restarting"
+        detail = f"finished (a rank exited with {code} during teardown, after the final checkpoint)"
+    if jobs.finish(a.engine, a.job_id, S.succeeded, detail=detail, exit_code=code, eta_s=0.0):
+        return f"job {a.job_id}: succeeded"
+    return f"job {a.job_id}: finished but its row had moved on"
+
+
+def _stall_failure(a: Attempt, ended: Ended) -> errors.Failure:
+    message = f"no event for {a.spec.stall_timeout_s:g} s (stall_timeout_s): a rank hung; its ranks were stopped"
+    return errors.Failure(message=message, exit_code=ended.exit_code)
+
+
+def _diagnose_failure(a: Attempt, seen: EventsSeen, ended: Ended) -> errors.Failure:
+    """torchrun's account of the failure (errors.diagnose), told better where we know more."""
+    failure = errors.diagnose(a.run, a.number, a.launched.launcher_log, ended.exit_code)
+    if failure.rank is not None and failure.exit_code is not None and failure.exit_code < 0:
+        # Killed by a signal: that rank wrote no error of its own, and rank 0's `failed` event
+        # would only echo it (a broken connection), so torchrun's root cause names the rank.
+        failure.message = (
+            f"killed by {_signal_name(-failure.exit_code)} (out of memory, or killed from outside); "
+            "torchrun stopped the other ranks"
+        )
+    elif seen.failed and seen.failed.get("error"):
+        _take_failed_event(failure, seen.failed)
+    return failure
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _take_failed_event(failure: errors.Failure, failed: dict[str, Any]) -> None:
+    """The trainer's own `failed` event says it best: its error, rank and traceback."""
+    failure.message = str(failed["error"])
+    if isinstance(failed.get("rank"), int):
+        failure.rank = failed["rank"]
+    if failed.get("traceback") and not failure.traceback:
+        tb = failed["traceback"]
+        failure.traceback = tb if isinstance(tb, list) else str(tb).splitlines()
+
+
+def _restart_or_fail(a: Attempt, failure: errors.Failure) -> str:
+    if a.number <= a.spec.max_restarts and _requeue_failed(a, failure):
+        queue.enqueue_or_defer(a.job_id, a.settings)
+        return f"job {a.job_id}: restarting"
+    _record_failed(a, failure)
+    return f"job {a.job_id}: failed"
+
+
+def _requeue_failed(a: Attempt, failure: errors.Failure) -> bool:
+    n, most = a.number, a.spec.max_restarts
+    detail = f"attempt {n} failed ({failure.message}); restarting from the latest checkpoint ({n}/{most} restarts)"
+    return jobs.requeue(a.engine, a.job_id, detail=detail, failed_rank=failure.rank, exit_code=failure.exit_code)
+
+
+def _record_failed(a: Attempt, failure: errors.Failure) -> None:
     error = failure.text()
-    latest = _latest_checkpoint(engine, job_id, run)
+    latest = _latest_checkpoint(a.engine, a.job_id, a.run)
     if latest is not None:
-        error += f"\nlatest intact checkpoint: {latest.relative_to(run.root.resolve())} (resubmit with resume_from set to it)"
-    jobs.finish(engine, job_id, S.failed, detail=failure.message[:500], error=error,
-                   failed_rank=failure.rank, exit_code=failure.exit_code)  # fmt: skip
-    return f"job {job_id}: failed"
+        where = latest.relative_to(a.run.root.resolve())
+        error += f"\nlatest intact checkpoint: {where} (resubmit with resume_from set to it)"
+    jobs.finish(
+        a.engine,
+        a.job_id,
+        S.failed,
+        detail=failure.message[:500],
+        error=error,
+        failed_rank=failure.rank,
+        exit_code=failure.exit_code,
+    )
