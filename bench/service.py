@@ -43,6 +43,7 @@ SPEC = {
     "log_every": 1,
     "checkpoint": {"every_steps": None, "every_epochs": None},
 }
+BENCH_TOKEN = "rankzero-bench-token-0123456789abcdef0123456789"  # the API refuses short tokens
 PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=3"
 
 
@@ -91,7 +92,7 @@ def live_service(tmp: Path):
     from core.settings import Settings
     from worker.launch import free_port
 
-    settings = Settings(data_dir=tmp / "data", runs_dir=tmp / "runs", api_token="bench-token", gpus="")
+    settings = Settings(data_dir=tmp / "data", runs_dir=tmp / "runs", api_token=BENCH_TOKEN, gpus="")
     settings.data_dir.mkdir(parents=True)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
@@ -114,7 +115,7 @@ def live_service(tmp: Path):
                 raise RuntimeError("the worker did not start; see " + str(tmp / "worker.log"))
             time.sleep(0.1)
         client = httpx.Client(
-            base_url=f"http://127.0.0.1:{port}/api", headers={"Authorization": "Bearer bench-token"}, timeout=30
+            base_url=f"http://127.0.0.1:{port}/api", headers={"Authorization": f"Bearer {BENCH_TOKEN}"}, timeout=30
         )
         yield settings, client
     finally:

@@ -13,7 +13,9 @@ from api.app import create_app
 from core.db import get_engine
 from core.migrate import upgrade
 from core.settings import Settings
-from core.tables import Job, JobStatus, JobTransition
+from core.tables import Job, JobStatus
+from tests.support.jobs import DIGITS_SPEC
+from tests.support.rows import insert_job
 
 
 @pytest.fixture
@@ -40,15 +42,6 @@ def db(settings: Settings) -> Iterator[Session]:
         yield s
 
 
-SPEC: dict[str, Any] = {
-    "name": "digits-ddp",
-    "nproc": 2,
-    "max_steps": 20,
-    "data": {"name": "digits"},
-    "model": {"name": "mlp"},
-}
-
-
 @pytest.fixture
 def make_job(db: Session) -> Callable[..., Job]:
     """Insert a job row directly (as the worker would find it), in any status."""
@@ -56,13 +49,7 @@ def make_job(db: Session) -> Callable[..., Job]:
     def make(
         name: str = "job", status: JobStatus = JobStatus.queued, spec: dict[str, Any] | None = None, **fields: Any
     ) -> Job:
-        job = Job(name=name, spec=spec or {**SPEC, "name": name}, status=status, **fields)
-        db.add(job)
-        db.flush()
-        db.add(JobTransition(job_id=job.id, status=status))
-        db.commit()
-        db.refresh(job)
-        return job
+        return insert_job(db, name, status, spec, **fields)
 
     return make
 
@@ -70,7 +57,7 @@ def make_job(db: Session) -> Callable[..., Job]:
 @pytest.fixture
 def spec() -> dict[str, Any]:
     """A valid JobSpec body (a fresh copy per test)."""
-    return {**SPEC}
+    return {**DIGITS_SPEC}
 
 
 @pytest.fixture
@@ -79,7 +66,7 @@ def make_job_sqlite(api_settings: Callable[..., Settings], sqlite_url: str) -> t
     settings = api_settings(database_url=sqlite_url)
     upgrade(sqlite_url)
     with Session(get_engine(sqlite_url)) as s:
-        job = Job(name="contended", spec={**SPEC, "name": "contended"}, status=JobStatus.running)
+        job = Job(name="contended", spec={**DIGITS_SPEC, "name": "contended"}, status=JobStatus.running)
         s.add(job)
         s.commit()
         return settings, job.id

@@ -229,7 +229,7 @@ def test_job_with_a_run_dir_outside_is_not_read(client: TestClient, make_job, tm
 def test_non_loopback_bind_needs_a_configured_token(tmp_path) -> None:
     check_bind(Settings(data_dir=tmp_path, host="127.0.0.1"))
     check_bind(Settings(data_dir=tmp_path, host="::1"))
-    check_bind(Settings(data_dir=tmp_path, host="0.0.0.0", api_token="chosen"))
+    check_bind(Settings(data_dir=tmp_path, host="0.0.0.0", api_token="chosen-token-" + "0" * 32))
     for host in ("0.0.0.0", "::", "192.168.1.5", "example.com"):
         with pytest.raises(UnsafeBind, match="RANKZERO_API_TOKEN"):
             check_bind(Settings(data_dir=tmp_path, host=host))

@@ -12,11 +12,11 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlmodel import SQLModel
-from tests_api_support import SCHEMATHESIS  # type: ignore[import-not-found]
 
 import core.tables  # noqa: F401  (registers the tables)
 from core.db import get_engine
 from core.migrate import alembic_config, current_revision, upgrade
+from tests.support.commands import SCHEMATHESIS
 
 
 def test_migrations_match_the_models(database_url: str) -> None:
@@ -47,7 +47,10 @@ def test_concurrent_upgrades_do_not_collide(database_url: str) -> None:
 
 
 def test_migrations_apply_from_another_directory(sqlite_url: str, tmp_path: Path) -> None:
-    code = f"from core.migrate import upgrade, current_revision; upgrade({sqlite_url!r}); print(current_revision({sqlite_url!r}))"
+    code = (
+        "from core.migrate import upgrade, current_revision; "
+        f"upgrade({sqlite_url!r}); print(current_revision({sqlite_url!r}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip(), out.stderr
 

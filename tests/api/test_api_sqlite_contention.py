@@ -22,7 +22,8 @@ WRITER = textwrap.dedent(
     engine = get_engine(url)
     seq, end = 0, time.monotonic() + seconds
     while time.monotonic() < end:
-        rows = [{"job_id": job_id, "seq": seq + i, "step": seq + i, "name": "train/loss", "value": 1.0 / (1 + seq + i), "time": 0.0} for i in range(500)]
+        rows = [{"job_id": job_id, "seq": seq + i, "step": seq + i, "name": "train/loss",
+                 "value": 1.0 / (1 + seq + i), "time": 0.0} for i in range(500)]
         with engine.begin() as conn:  # one batch per transaction, as worker/ingest.py does
             conn.execute(insert(MetricPoint), rows)
             conn.execute(update(Job).where(Job.id == job_id).values(step=seq + 500, ingested_seq=seq + 499))

@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 
 import yaml
-from wk_helpers import ROOT, fake_spec
+
+from tests.support.commands import ROOT
+from tests.support.jobs import fake_spec
 
 RANKZERO = str(Path(sys.executable).with_name("rankzero"))
 
@@ -51,9 +53,9 @@ def test_submit_follow_jobs_show_checkpoints_download_cancel(service, workers, t
 def test_bad_token_and_unreachable_server_say_what_to_do(service):
     _, client = service()
     url = str(client.http.base_url).removesuffix("/api/").removesuffix("/api")
-    r = _cli("jobs", url=url, token="wrong")
+    r = _cli("jobs", url=url, token="wrong-token-" + "0" * 32)
     assert r.returncode == 1 and "RANKZERO_API_TOKEN" in r.stderr
-    r = _cli("jobs", url="http://127.0.0.1:9", token="x")
+    r = _cli("jobs", url="http://127.0.0.1:9", token="unreachable-server-token-" + "0" * 32)
     assert r.returncode == 1 and "rankzero up" in r.stderr
 
 
@@ -83,9 +85,8 @@ def test_up_prints_url_and_token_and_its_worker_dies_with_it(tmp_path):
     import signal
     import time
 
-    from wk_helpers import alive
-
     from core.settings import Settings
+    from tests.support.procs import alive
 
     port = Settings().port + 1000 + os.getpid() % 1000
     e = {k: v for k, v in os.environ.items() if not k.startswith("RANKZERO_")}

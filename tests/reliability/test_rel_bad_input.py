@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rel_jobs import slow_spec
+from tests.support.jobs import slow_spec
 
 
 class _Payload:

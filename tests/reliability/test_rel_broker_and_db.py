@@ -1,5 +1,5 @@
 """Faults 5 and 6: a job outliving Redis's visibility timeout; Redis down mid-run; PostgreSQL
-restarted mid-run. Each on servers of our own (rel_servers), never the machine's shared ones."""
+restarted mid-run. Each on servers of our own (tests/support/servers.py), never the machine's shared ones."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 
 import httpx
-from rel_jobs import events, points, run_dir, seconds, slow_spec, wait
+
+from tests.support.jobs import events, points, run_dir, seconds, slow_spec, wait
 
 
 def _launches(run: Path) -> int:

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rel_jobs import events, points, run_dir, slow_spec, wait
-from rel_procs import wait_ranks
+
+from tests.support.jobs import events, points, run_dir, slow_spec, wait
+from tests.support.procs import wait_ranks
 
 
 def _listed(client: Any, job_id: int) -> list[dict[str, Any]]:
@@ -100,7 +101,7 @@ def test_kill_between_write_and_rename_keeps_the_previous_one(service, workers) 
     spec["model"]["args"]["hidden"] = [2048, 2048]
     job = client.submit(spec)
     ckpt_dir = run_dir(settings, job["id"]) / "checkpoints"
-    rank0 = wait_ranks(settings.resolved_runs_dir, job["id"], 2, attempt=1)[0]
+    rank0 = wait_ranks(workers.marker, job["id"], 2, attempt=1)[0]
     wait(lambda: _listed(client, job["id"]), 120, "a first checkpoint")
     caught = _catch_between_write_and_rename(ckpt_dir, rank0, 60)
     listed = wait(lambda: client.job(job["id"])["attempt"] == 2 and _listed(client, job["id"]), 60, "the restart")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import signal
 
-from rel_jobs import events, points, run_dir, slow_spec, wait
-from rel_procs import alive, job_processes, wait_ranks
+from tests.support.jobs import events, points, run_dir, slow_spec, wait
+from tests.support.procs import alive, job_processes, wait_ranks
 
 
 def test_killed_rank_fails_job_naming_rank_and_exit_code(service, workers) -> None:
@@ -14,8 +14,8 @@ def test_killed_rank_fails_job_naming_rank_and_exit_code(service, workers) -> No
     workers.start(settings)
     job = client.submit(slow_spec("rank-killed", max_steps=400, max_restarts=0))
     client.wait(job["id"], lambda j: j["step"] >= 3, 120, "step 3")
-    ranks = wait_ranks(settings.resolved_runs_dir, job["id"], 2)
-    everyone = [p.pid for p in job_processes(settings.resolved_runs_dir, job["id"])]
+    ranks = wait_ranks(workers.marker, job["id"], 2)
+    everyone = [p.pid for p in job_processes(workers.marker, job["id"])]
 
     os.kill(ranks[1], signal.SIGKILL)
     done = client.wait_terminal(job["id"], 60)  # torchrun must stop rank 0 itself; nobody else will
@@ -23,7 +23,7 @@ def test_killed_rank_fails_job_naming_rank_and_exit_code(service, workers) -> No
     assert done["failed_rank"] == 1 and done["exit_code"] == -9, done
     assert "rank 1" in done["error"] and "-9" in done["error"], done["error"]
     wait(lambda: not [p for p in everyone if alive(p)], 10, "every process of the job to be gone")
-    assert not job_processes(settings.resolved_runs_dir, job["id"])
+    assert not job_processes(workers.marker, job["id"])
 
 
 def test_hung_rank_is_restarted_by_the_stall_watchdog(service, workers) -> None:
@@ -31,8 +31,8 @@ def test_hung_rank_is_restarted_by_the_stall_watchdog(service, workers) -> None:
     workers.start(settings)
     job = client.submit(slow_spec("rank-hangs", max_steps=40, stall_timeout_s=10, max_restarts=1))
     client.wait(job["id"], lambda j: j["step"] >= 12, 120, "step 12")
-    ranks = wait_ranks(settings.resolved_runs_dir, job["id"], 2, attempt=1)
-    everyone = [p.pid for p in job_processes(settings.resolved_runs_dir, job["id"], attempt=1)]
+    ranks = wait_ranks(workers.marker, job["id"], 2, attempt=1)
+    everyone = [p.pid for p in job_processes(workers.marker, job["id"], attempt=1)]
     os.kill(ranks[1], signal.SIGSTOP)  # alive but making no progress; rank 0 blocks in its next all-reduce
     done = client.wait_terminal(job["id"], 150)
     assert done["status"] == "succeeded" and done["attempt"] == 2, done

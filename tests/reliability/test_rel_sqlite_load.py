@@ -13,8 +13,9 @@ import threading
 
 import httpx
 import pytest
-from rel_jobs import seconds
 from sqlmodel import Session
+
+from tests.support.jobs import seconds
 
 WRITER = textwrap.dedent(
     """
@@ -33,7 +34,8 @@ WRITER = textwrap.dedent(
         batch = []
         for _ in range(500):
             for name in ("train/loss", "lr"):
-                batch.append({"seq": seq, "time": time.time(), "type": "metric", "step": step, "name": name, "value": 1.0 / step})
+                batch.append({"seq": seq, "time": time.time(), "type": "metric", "step": step, "name": name,
+                              "value": 1.0 / step})
                 seq += 1
             step += 1
         batch.append({"seq": seq, "time": time.time(), "type": "progress", "step": step - 1, "total_steps": 10**9,
@@ -54,7 +56,8 @@ WRITER = textwrap.dedent(
 
 def _reader(base: str, token: str, job_id: int, stop: threading.Event, results: list[object]) -> None:
     paths = [f"/api/jobs/{job_id}/metrics?max_points=500", f"/api/jobs/{job_id}", "/api/jobs",
-             f"/api/jobs/{job_id}/metrics?name=train/loss&max_points=2000&start_step=100", f"/api/jobs/{job_id}/checkpoints"]  # fmt: skip
+             f"/api/jobs/{job_id}/metrics?name=train/loss&max_points=2000&start_step=100",
+             f"/api/jobs/{job_id}/checkpoints"]  # fmt: skip
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
         i = 0
         while not stop.is_set():

@@ -8,8 +8,9 @@ import time
 from typing import Any
 
 import pytest
-from rel_jobs import assert_same_weights, events, points, reference_weights, run_dir, slow_spec, wait
-from rel_procs import alive, job_processes, kill_all
+
+from tests.support.jobs import assert_same_weights, events, points, reference_weights, run_dir, slow_spec, wait
+from tests.support.procs import alive, job_processes, kill_all
 
 STALE = {"RANKZERO_STALE_AFTER_S": "3"}  # recovery declares a silent worker dead after 3 s
 
@@ -35,8 +36,8 @@ def test_worker_host_killed_job_resumes_from_checkpoint(service, workers, refere
     once = client.submit(slow_spec("no-restarts", nproc=1, max_steps=400, max_restarts=0))
     client.wait(job["id"], lambda j: j["step"] >= 14, 120, "step 14 (checkpoint 10 written)")
     client.wait(once["id"], lambda j: j["status"] == "running", 60, "running")
-    victims = [p.pid for p in job_processes(settings.resolved_runs_dir, job["id"])]
-    victims += [p.pid for p in job_processes(settings.resolved_runs_dir, once["id"])]
+    victims = [p.pid for p in job_processes(workers.marker, job["id"])]
+    victims += [p.pid for p in job_processes(workers.marker, once["id"])]
     # The host dies: the worker, its pool, torchrun and every rank at the same moment.
     workers.stop(host, signal.SIGKILL)
     kill_all(victims)
@@ -79,4 +80,4 @@ def test_worker_sigterm_checkpoints_and_resumes_elsewhere(service, workers, refe
     assert starts == [0, stop_step], "attempt 2 resumes from the SIGTERM checkpoint, losing no step"
     assert f"job {job['id']}" in workers.log(1) or str(job["id"]) in workers.log(1)
     _assert_complete_and_exact(client, settings, job["id"], reference)
-    assert not job_processes(settings.resolved_runs_dir, job["id"])
+    assert not job_processes(workers.marker, job["id"])

@@ -13,7 +13,8 @@ import subprocess
 import pytest
 import torch
 import yaml
-from trainer_helpers import (
+
+from tests.support.trainer_runs import (
     PYTHON,
     REPO,
     child_env,

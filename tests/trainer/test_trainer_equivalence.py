@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from trainer_helpers import (
+
+from tests.support.trainer_runs import (
     final_weights,
     load_checkpoint,
     make_spec,
@@ -21,7 +22,6 @@ from trainer_helpers import (
     relative_error,
     run_probe,
 )
-
 from trainer.data.datasets import build_datasets
 from trainer.data.layout import BatchLayout
 from trainer.models import build_model

@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 from PIL import Image
-from trainer_helpers import make_spec
 
+from tests.support.trainer_runs import make_spec
 from trainer import checkpoint as ckpt_io
 from trainer.data.datasets import build_datasets
 from trainer.dist import setup

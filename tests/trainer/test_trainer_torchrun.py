@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 
-from trainer_helpers import (
+from tests.support.trainer_runs import (
     REPO,
     child_env,
     load_checkpoint,
@@ -19,7 +19,6 @@ from trainer_helpers import (
     wait_for_event,
     write_spec,
 )
-
 from trainer.run_dir import RunDir
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from web_helpers import shot
+from tests.support.browser import shot
 
 RUN_TIMEOUT_MS = 120_000
 
 
-def test_submit_through_the_form_watch_it_succeed_and_download_a_checkpoint(page, service, tmp_path: Path) -> None:
-    page.goto(f"{service.base}/new")
+def test_submit_through_the_form_watch_it_succeed_and_download_a_checkpoint(page, web_service, tmp_path: Path) -> None:
+    page.goto(f"{web_service.base}/new")
     page.wait_for_selector("#job-form[data-ready]")
     page.select_option("#preset", "digits-mlp")
     page.fill("#f-name", "e2e-form-digits")
@@ -42,7 +42,7 @@ def test_submit_through_the_form_watch_it_succeed_and_download_a_checkpoint(page
     assert hashlib.sha256(target.read_bytes()).hexdigest() == expected_sha
 
 
-def test_cancel_a_running_job(page, service) -> None:
+def test_cancel_a_running_job(page, web_service) -> None:
     spec = {
         "name": "e2e-cancel-me",
         "model": {"name": "mlp"},
@@ -52,9 +52,9 @@ def test_cancel_a_running_job(page, service) -> None:
         "batch_size": 8,
         "log_every": 5,
     }
-    with service.client() as client:
+    with web_service.client() as client:
         job = client.post("/api/jobs", json=spec).raise_for_status().json()
-    page.goto(f"{service.base}/jobs/{job['id']}")
+    page.goto(f"{web_service.base}/jobs/{job['id']}")
     page.wait_for_function(
         "() => document.querySelector('#job-status').textContent === 'running'", timeout=RUN_TIMEOUT_MS
     )

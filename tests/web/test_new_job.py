@@ -3,11 +3,11 @@ JSON/YAML editor, and 422 errors shown at the field their loc names."""
 
 from __future__ import annotations
 
-from web_helpers import allow_http_error, shot
+from tests.support.browser import allow_http_error, shot
 
 
-def test_validation_errors_are_shown_at_their_field(page, service) -> None:
-    page.goto(f"{service.base}/new")
+def test_validation_errors_are_shown_at_their_field(page, web_service) -> None:
+    page.goto(f"{web_service.base}/new")
     page.wait_for_selector("#job-form[data-ready]")
     # Strategy knobs: the global batch follows as you type.
     page.fill("#f-batch-size", "8")
@@ -32,8 +32,8 @@ def test_validation_errors_are_shown_at_their_field(page, service) -> None:
     assert page.url.endswith("/new")  # nothing was submitted
 
 
-def test_raw_yaml_editor_round_trips_and_reports_unknown_fields(page, service) -> None:
-    page.goto(f"{service.base}/new")
+def test_raw_yaml_editor_round_trips_and_reports_unknown_fields(page, web_service) -> None:
+    page.goto(f"{web_service.base}/new")
     page.wait_for_selector("#job-form[data-ready]")
     allow_http_error(page, 422, "/api/jobs")
     allow_http_error(page, 400, "/ui/parse-spec")
@@ -41,7 +41,8 @@ def test_raw_yaml_editor_round_trips_and_reports_unknown_fields(page, service) -
     assert '"model"' in page.locator("#raw-spec").input_value()  # the form's spec as JSON
     page.fill(
         "#raw-spec",
-        "name: yaml-job\nmodel: {name: mlp}\ndata:\n  name: digits\nmax_steps: 5\nbatch_size: 4\nnproc: 3\nbogus_field: 1\n",
+        "name: yaml-job\nmodel: {name: mlp}\ndata:\n  name: digits\nmax_steps: 5\nbatch_size: 4\nnproc: 3\n"
+        "bogus_field: 1\n",
     )
     page.click("#submit-job")
     page.locator("#form-errors").wait_for(state="visible")

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import time
 
-from web_helpers import shot
-from web_seed import bulk_points, seed_checkpoint, seed_curves, seed_job, seed_logs
+from tests.support.browser import shot
+from tests.support.rows import bulk_points, seed_checkpoint, seed_curves, seed_job, seed_logs
 
 
-def test_job_page_shows_timeline_charts_checkpoints_and_logs(page, service, db) -> None:
+def test_job_page_shows_timeline_charts_checkpoints_and_logs(page, web_service, db) -> None:
     job = seed_job(
         db,
         "seeded-ddp",
         "succeeded",
-        runs_dir=service.runs_dir,
+        runs_dir=web_service.runs_dir,
         total_steps=2000,
         spec={"nproc": 4, "accumulation_steps": 2, "batch_size": 16},
     )
@@ -23,7 +23,7 @@ def test_job_page_shows_timeline_charts_checkpoints_and_logs(page, service, db) 
     seed_checkpoint(db, job, 2000)
     seed_logs(job, ranks=4)
 
-    page.goto(f"{service.base}/jobs/{job.id}")
+    page.goto(f"{web_service.base}/jobs/{job.id}")
     page.wait_for_selector("#chart-loss[data-points]")
     page.wait_for_function("() => document.querySelectorAll('#checkpoints-body tr').length === 2")
     page.wait_for_function("() => document.querySelector('#log-text').textContent.includes('[rank 0]')")
@@ -59,26 +59,28 @@ def test_job_page_shows_timeline_charts_checkpoints_and_logs(page, service, db) 
     page.click(f"tr[data-checkpoint-id='{ckpt.id}'] >> text=Resume from here")
     page.wait_for_selector("#job-form[data-ready]")
     resume = page.locator("#f-resume-from").input_value()
-    assert resume == str(service.runs_dir.resolve() / str(job.id) / "checkpoints" / "step_00001000.pt")
+    assert resume == str(web_service.runs_dir.resolve() / str(job.id) / "checkpoints" / "step_00001000.pt")
     assert page.locator("#f-nproc").input_value() == "4"
     assert page.locator("#global-batch").inner_text() == "128"
 
 
-def test_failed_job_shows_error_and_rank_at_the_top(page, service, db) -> None:
+def test_failed_job_shows_error_and_rank_at_the_top(page, web_service, db) -> None:
     job = seed_job(
         db,
         "seeded-failure",
         "failed",
-        runs_dir=service.runs_dir,
+        runs_dir=web_service.runs_dir,
         total_steps=500,
         step=120,
-        error='RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (rank 1)\n  File "trainer/loop.py", line 88',
+        error=(
+            'RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (rank 1)\n  File "trainer/loop.py", line 88'
+        ),
         failed_rank=1,
         exit_code=1,
         spec={"nproc": 2},
     )
     seed_curves(db, job, 120)
-    page.goto(f"{service.base}/jobs/{job.id}")
+    page.goto(f"{web_service.base}/jobs/{job.id}")
     page.wait_for_selector("#job-error:not([hidden])")
     assert "rank 1" in page.locator("#job-error-title").inner_text()
     assert "out of memory" in page.locator("#job-error-text").inner_text()
@@ -86,25 +88,25 @@ def test_failed_job_shows_error_and_rank_at_the_top(page, service, db) -> None:
     shot(page, "job-failed")
 
 
-def test_jobs_list_filters_pages_and_compare(page, service, db) -> None:
-    a = seed_job(db, "cmp-single", "succeeded", runs_dir=service.runs_dir, total_steps=600, spec={"batch_size": 32})
+def test_jobs_list_filters_pages_and_compare(page, web_service, db) -> None:
+    a = seed_job(db, "cmp-single", "succeeded", runs_dir=web_service.runs_dir, total_steps=600, spec={"batch_size": 32})
     b = seed_job(
         db,
         "cmp-ddp2-acc2",
         "succeeded",
-        runs_dir=service.runs_dir,
+        runs_dir=web_service.runs_dir,
         total_steps=600,
         spec={"batch_size": 16, "nproc": 2, "accumulation_steps": 2},
     )
     seed_curves(db, a, 600)
     seed_curves(db, b, 600)
     running = seed_job(
-        db, "list-running", "running", runs_dir=service.runs_dir, total_steps=5000, step=1800, spec={"nproc": 2}
+        db, "list-running", "running", runs_dir=web_service.runs_dir, total_steps=5000, step=1800, spec={"nproc": 2}
     )
     for i in range(28):
-        seed_job(db, f"filler-{i:02d}", "queued", runs_dir=service.runs_dir)
+        seed_job(db, f"filler-{i:02d}", "queued", runs_dir=web_service.runs_dir)
 
-    page.goto(f"{service.base}/")
+    page.goto(f"{web_service.base}/")
     page.wait_for_selector("#jobs-table[data-loaded]")
     assert page.locator("#jobs-body tr").count() == 25
     assert "of" in page.locator("#page-info").inner_text()
@@ -130,17 +132,17 @@ def test_jobs_list_filters_pages_and_compare(page, service, db) -> None:
     shot(page, "compare")
 
 
-def test_a_million_point_series_draws_within_a_second(page, service, db) -> None:
+def test_a_million_point_series_draws_within_a_second(page, web_service, db) -> None:
     from core import metric_rollup
 
-    job = seed_job(db, "million-points", "succeeded", runs_dir=service.runs_dir, total_steps=1_000_000)
+    job = seed_job(db, "million-points", "succeeded", runs_dir=web_service.runs_dir, total_steps=1_000_000)
     t0 = time.monotonic()
     bulk_points(db, job.id, "train/loss", 1_000_000)
     inserted = time.monotonic() - t0
     # The worker folds points into the downsampling rollups as it ingests; do the same here.
     metric_rollup.refresh(db, job.id)
     t1 = time.monotonic()
-    page.goto(f"{service.base}/jobs/{job.id}")
+    page.goto(f"{web_service.base}/jobs/{job.id}")
     page.wait_for_selector("#chart-loss[data-first-draw-ms]", timeout=10_000)
     wall = time.monotonic() - t1
     draw_ms = float(page.locator("#chart-loss").get_attribute("data-first-draw-ms"))
@@ -148,24 +150,26 @@ def test_a_million_point_series_draws_within_a_second(page, service, db) -> None
     fetch_ms = page.evaluate("""() => Math.max(...performance.getEntriesByType('resource')
         .filter((e) => e.name.includes('/metrics') && e.name.includes('train%2Floss')).map((e) => e.duration))""")
     nav = page.evaluate(
-        "() => { const n = performance.getEntriesByType('navigation')[0]; return [n.responseStart, n.responseEnd, n.domContentLoadedEventEnd]; }"
+        "() => { const n = performance.getEntriesByType('navigation')[0]; "
+        "return [n.responseStart, n.responseEnd, n.domContentLoadedEventEnd]; }"
     )
     print(f"\nnavigation: first byte {nav[0]:.0f} ms, HTML done {nav[1]:.0f} ms, DOMContentLoaded {nav[2]:.0f} ms")
     print(
         f"1M points: insert {inserted:.1f}s; first chart draw {draw_ms:.0f} ms after navigation "
-        f"({wall * 1000:.0f} ms wall incl. page load; the metrics request took {fetch_ms:.0f} ms), {points} points drawn"
+        f"({wall * 1000:.0f} ms wall incl. page load; the metrics request took {fetch_ms:.0f} ms), "
+        f"{points} points drawn"
     )
     assert 1000 <= points <= 4000
     assert draw_ms < 1000, f"the million-point chart took {draw_ms:.0f} ms to draw"
     shot(page, "job-million-points")
 
 
-def test_pages_fit_a_small_laptop_screen(new_page, service, db) -> None:
+def test_pages_fit_a_small_laptop_screen(new_page, web_service, db) -> None:
     job = seed_job(
         db,
         "laptop-view-with-a-rather-long-name",
         "running",
-        runs_dir=service.runs_dir,
+        runs_dir=web_service.runs_dir,
         total_steps=800,
         spec={"nproc": 2, "accumulation_steps": 4},
     )
@@ -176,7 +180,7 @@ def test_pages_fit_a_small_laptop_screen(new_page, service, db) -> None:
         (f"/jobs/{job.id}", "#chart-loss[data-points]", "laptop-job"),
         ("/new", "#job-form[data-ready]", "laptop-new"),
     ]:
-        page.goto(f"{service.base}{path}")
+        page.goto(f"{web_service.base}{path}")
         page.wait_for_selector(ready)
         overflow = page.evaluate("() => document.documentElement.scrollWidth - document.documentElement.clientWidth")
         assert overflow <= 0, f"{path} scrolls sideways by {overflow}px at 1024 px"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from wk_helpers import fake_spec
+from tests.support.jobs import fake_spec
 
 
 def test_fake_job_succeeds_and_is_ingested(service, workers):

@@ -10,7 +10,9 @@ import secrets
 import time
 
 import pytest
-from wk_helpers import TERMINAL, alive, run_pids
+
+from tests.support.jobs import TERMINAL
+from tests.support.procs import alive, job_pids
 
 REDIS = "redis://127.0.0.1:6379/{db}"
 
@@ -82,11 +84,11 @@ def test_cancel_real_job(service, workers):
     workers.start(settings, fake=False)
     job = client.submit(_spec("long", nproc=2, max_steps=100000))
     client.wait(job["id"], lambda j: j["status"] == "running" and j["step"] > 0, 90, "first steps")
-    launched = run_pids(workers.token, job["id"])
+    launched = job_pids(workers.marker, job["id"])
     assert launched
     t0 = time.monotonic()
     client.http.post(f"/jobs/{job['id']}/cancel").raise_for_status()
     done = client.wait(job["id"], lambda j: j["status"] in TERMINAL, 10, "cancelled")
     assert done["status"] == "cancelled" and time.monotonic() - t0 < 10
     left = [p for p in launched if alive(p)]
-    assert not left and not run_pids(workers.token, job["id"])
+    assert not left and not job_pids(workers.marker, job["id"])

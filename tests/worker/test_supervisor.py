@@ -11,7 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-from wk_helpers import ROOT, alive, fake_spec, run_pids
+
+from tests.support.commands import ROOT
+from tests.support.jobs import fake_spec
+from tests.support.procs import alive, job_pids
 
 
 def _alive(pid: int) -> bool:
@@ -24,7 +27,7 @@ def test_cancel_running_job_leaves_no_process(service, workers, tmp_path):
     pid_dir = tmp_path / "pids"
     job = client.submit(fake_spec(max_steps=100000, args={"step_s": 0.1, "pid_dir": str(pid_dir)}, nproc=2))
     client.wait(job["id"], lambda j: j["status"] == "running" and j["step"] >= 2, 60, "running")
-    launched = run_pids(workers.token, job["id"])
+    launched = job_pids(workers.marker, job["id"])
     assert len(launched) >= 3  # torchrun + 2 ranks
     rank_pids = [int(p.name) for p in pid_dir.iterdir()]
     assert len(rank_pids) == 2
@@ -190,7 +193,7 @@ def test_killed_worker_host_job_resumes_on_another(service, workers, tmp_path):
     w = workers.start(settings, extra_env={"RANKZERO_STALE_AFTER_S": "3"})
     job = client.submit(fake_spec(max_steps=40, max_restarts=1, args={"step_s": 0.1, "pid_dir": str(pid_dir)}))
     client.wait(job["id"], lambda j: j["step"] >= 12, 60, "step 12")
-    launched = run_pids(workers.token, job["id"])
+    launched = job_pids(workers.marker, job["id"])
     # The host dies: the worker, torchrun and the ranks, all at once.
     workers.stop(w, signal.SIGKILL)
     for pid in launched:
@@ -276,7 +279,7 @@ def test_sigkilled_rank_fails_job_naming_rank_and_exit_code(service, workers, tm
     pid_dir = tmp_path / "pids"
     job = client.submit(fake_spec(nproc=2, max_steps=100000, args={"step_s": 0.1, "pid_dir": str(pid_dir)}))
     client.wait(job["id"], lambda j: j["step"] >= 2, 60, "step 2")
-    launched = run_pids(workers.token, job["id"])
+    launched = job_pids(workers.marker, job["id"])
     rank1 = next(int(p.name) for p in pid_dir.iterdir() if p.read_text().split()[0] == "1")
     os.kill(rank1, signal.SIGKILL)
     done = client.wait_terminal(job["id"], 60)

@@ -1,4 +1,9 @@
-"""Job specs for the fault tests (the real trainer on tiny data) and what a finished job should hold."""
+"""Job specs the tests submit, waiting for a job, and reading what a job left behind.
+
+- `DIGITS_SPEC`: a valid JobSpec body (the MLP on digits, DDP on 2 ranks).
+- `fake_spec()`: a job for the stand-in trainer (fake_trainer.py; its behaviour in model.args).
+- `slow_spec()`: the real trainer on tiny data, slowed by user code (slow_model.py), for the fault tests.
+"""
 
 from __future__ import annotations
 
@@ -9,17 +14,36 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-USER_CODE = "rel_user_code"  # RANKZERO_ALLOWED_CODE of the tests' API
+TERMINAL = {"succeeded", "failed", "cancelled"}
+USER_CODE = "tests.support.slow_model"  # RANKZERO_ALLOWED_CODE of the fault tests' API
+
+DIGITS_SPEC: dict[str, Any] = {
+    "name": "digits-ddp",
+    "nproc": 2,
+    "max_steps": 20,
+    "data": {"name": "digits"},
+    "model": {"name": "mlp"},
+}
 
 
-def seconds(name: str, default: float) -> float:
-    """A duration a test may be told to stretch, e.g. RANKZERO_REL_REDIS_OUTAGE_S=60 for the full minute."""
-    raw = os.environ.get(name)
-    return float(raw) if raw else default
+def fake_spec(name: str = "fake", **kw: Any) -> dict[str, Any]:
+    args = kw.pop("args", {})
+    spec = {
+        "name": name,
+        "model": {"name": "mlp", "args": {"step_s": 0.02, **args}},
+        "data": {"name": "digits"},
+        "batch_size": 8,
+        "max_steps": 20,
+        "device": "cpu",
+        "checkpoint": {"every_steps": 5, "every_epochs": None},
+    }
+    spec.update(kw)
+    return spec
 
 
 def slow_spec(name: str, *, step_s: float = 0.1, max_steps: int = 40, every: int = 10, **kw: Any) -> dict[str, Any]:
-    """The MLP on digits, `step_s` seconds per micro-batch, a loss point every step, a checkpoint every `every` steps."""
+    """The MLP on digits, `step_s` seconds per micro-batch, a loss point every step, a checkpoint every
+    `every` steps."""
     spec: dict[str, Any] = {
         "name": name,
         "model": {"name": f"{USER_CODE}:slow_mlp", "args": {"step_s": step_s, "hidden": 32}},
@@ -31,22 +55,14 @@ def slow_spec(name: str, *, step_s: float = 0.1, max_steps: int = 40, every: int
     return spec
 
 
-def points(client: Any, job_id: int, name: str = "train/loss") -> list[int]:
-    """Steps of a job's series as the API serves them (no downsampling at this size)."""
-    body = client.http.get(f"/jobs/{job_id}/metrics", params={"name": name, "max_points": 100000}).json()
-    return [p["step"] for p in body["series"][0]["points"]] if body["series"] else []
-
-
-def events(run_dir: Path) -> list[dict[str, Any]]:
-    lines = (run_dir / "events.jsonl").read_text().splitlines()
-    return [json.loads(x) for x in lines if x.strip()]
-
-
-def run_dir(settings: Any, job_id: int) -> Path:
-    return Path(settings.resolved_runs_dir) / f"job_{job_id}"
+def seconds(name: str, default: float) -> float:
+    """A duration a test may be told to stretch, e.g. RANKZERO_REL_REDIS_OUTAGE_S=60 for the full minute."""
+    raw = os.environ.get(name)
+    return float(raw) if raw else default
 
 
 def wait(cond: Callable[[], Any], timeout: float, what: str, every: float = 0.1) -> Any:
+    """Poll `cond` until it returns something truthy (and return that), or fail after `timeout` s."""
     deadline = time.monotonic() + timeout
     while True:
         value = cond()
@@ -55,6 +71,21 @@ def wait(cond: Callable[[], Any], timeout: float, what: str, every: float = 0.1)
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(every)
+
+
+def points(client: Any, job_id: int, name: str = "train/loss") -> list[int]:
+    """Steps of a job's series as the API serves them (no downsampling at this size)."""
+    body = client.http.get(f"/jobs/{job_id}/metrics", params={"name": name, "max_points": 100000}).json()
+    return [p["step"] for p in body["series"][0]["points"]] if body["series"] else []
+
+
+def run_dir(settings: Any, job_id: int) -> Path:
+    return Path(settings.resolved_runs_dir) / f"job_{job_id}"
+
+
+def events(run_dir: Path) -> list[dict[str, Any]]:
+    lines = (run_dir / "events.jsonl").read_text().splitlines()
+    return [json.loads(x) for x in lines if x.strip()]
 
 
 def reference_weights(spec: dict[str, Any], tmp: Path) -> dict[str, Any]:

@@ -1,4 +1,7 @@
-"""Shared helpers for the trainer tests: launch real processes (bounded), read events, compare weights."""
+"""The trainer tests' launches: real processes (bounded), their events and weights.
+
+Children run with the repository and tests/trainer (probe.py, rz_user_code.py) on PYTHONPATH.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +17,10 @@ from typing import Any
 
 import torch
 
-REPO = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
+from tests.support.commands import ROOT
+
+REPO = ROOT
+TRAINER_TESTS = ROOT / "tests" / "trainer"
 PYTHON = sys.executable
 LAUNCH_TIMEOUT_S = 150
 
@@ -53,7 +58,7 @@ def child_env(**extra: str) -> dict[str, str]:
     env.update(
         OMP_NUM_THREADS="1",
         MKL_NUM_THREADS="1",
-        PYTHONPATH=os.pathsep.join([str(REPO), str(HERE)]),
+        PYTHONPATH=os.pathsep.join([str(REPO), str(TRAINER_TESTS)]),
         PYTHONUNBUFFERED="1",
     )
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
@@ -103,7 +108,7 @@ def run_probe(jobs: list[dict[str, Any]], workdir: Path, nproc: int = 1, **env: 
     """Run jobs [{"spec", "run_dir"}] in one (torchrun) launch of probe.py; returns its result rows."""
     jobs_path, result_path = workdir / f"jobs_{nproc}.json", workdir / f"result_{nproc}.json"
     jobs_path.write_text(json.dumps(jobs))
-    probe = str(HERE / "probe.py")
+    probe = str(TRAINER_TESTS / "probe.py")
     cmd = (
         torchrun_cmd(nproc, probe, str(jobs_path), str(result_path))
         if nproc > 1

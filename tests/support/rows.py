@@ -1,11 +1,12 @@
-"""Rows written straight into the service's database, as the worker would write them, so page
-tests need no training run: a job in any state, its timeline, metric points (a million of them
-in one SQL statement), checkpoints and rank logs."""
+"""Rows written straight into a database, as the worker would write them, so tests need no training
+run: a job in any state (`insert_job`, or `seed_job` with a plausible history), its timeline, metric
+points (a million of them in one SQL statement), checkpoints and rank logs."""
 
 from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from sqlalchemy import text
 from sqlmodel import Session
 
 from core.tables import Checkpoint, Job, JobStatus, JobTransition
+from tests.support.jobs import DIGITS_SPEC
 from trainer.spec import JobSpec
 
 PATH_TO_TERMINAL = {
@@ -25,25 +27,45 @@ PATH_TO_TERMINAL = {
 }
 
 
-def seed_job(
+def insert_job(
     db: Session,
-    name: str,
-    status: str = "succeeded",
-    *,
-    runs_dir: Path,
-    total_steps: int = 1000,
-    step: int | None = None,
+    name: str = "job",
+    status: JobStatus = JobStatus.queued,
     spec: dict[str, Any] | None = None,
-    error: str | None = None,
-    failed_rank: int | None = None,
-    exit_code: int | None = None,
-    minutes: float = 6.0,
+    **fields: Any,
 ) -> Job:
+    """A job row in any status and its one transition, as the worker would find it (spec: DIGITS_SPEC)."""
+    job = Job(name=name, spec=spec or {**DIGITS_SPEC, "name": name}, status=status, **fields)
+    db.add(job)
+    db.flush()
+    db.add(JobTransition(job_id=job.id, status=status))
+    db.commit()
+    db.refresh(job)
+    return job
+
+
+@dataclass(frozen=True)
+class JobSeed:
+    """What `seed_job` may be told besides the job's name and status."""
+
+    total_steps: int = 1000
+    step: int | None = None
+    spec: dict[str, Any] | None = None
+    error: str | None = None
+    failed_rank: int | None = None
+    exit_code: int | None = None
+    minutes: float = 6.0
+
+
+def seed_job(db: Session, name: str, status: str = "succeeded", *, runs_dir: Path, **fields: Any) -> Job:
+    """A job that got to `status` the way the worker takes one there; `fields`: those of JobSeed."""
+    seed = JobSeed(**fields)
+    total_steps, spec, error, minutes = seed.total_steps, seed.spec, seed.error, seed.minutes
     spec_model = JobSpec.model_validate({"name": name, "max_steps": total_steps, **(spec or {})})
     now = datetime.now(timezone.utc)
     started = now - timedelta(minutes=minutes)
     done = status in ("succeeded", "failed", "cancelled")
-    step = step if step is not None else {"succeeded": total_steps, "queued": 0}.get(status, total_steps // 2)
+    step = seed.step if seed.step is not None else {"succeeded": total_steps, "queued": 0}.get(status, total_steps // 2)
     job = Job(
         name=name,
         spec=spec_model.model_dump(mode="json"),
@@ -61,8 +83,8 @@ def seed_job(
         eta_s=(total_steps - step) / 5.0 if status == "running" else None,
         latest_loss=0.2 + 2.0 / (1 + step / 100) if status != "queued" else None,
         error=error,
-        failed_rank=failed_rank,
-        exit_code=exit_code,
+        failed_rank=seed.failed_rank,
+        exit_code=seed.exit_code,
     )
     db.add(job)
     db.flush()
@@ -83,16 +105,26 @@ def seed_job(
     return job
 
 
-def bulk_points(
-    db: Session, job_id: int, name: str, n: int, *, every: int = 1, first_seq: int = 0, kind: str = "loss"
-) -> None:
-    """n points of one series in one INSERT … SELECT (SQLite: a recursive CTE; PostgreSQL: generate_series)."""
+@dataclass(frozen=True)
+class Series:
+    """The shape of `bulk_points`'s series: a point every `every` steps, seq from `first_seq`, values of `kind`."""
+
+    every: int = 1
+    first_seq: int = 0
+    kind: str = "loss"
+
+
+def bulk_points(db: Session, job_id: int, name: str, n: int, **shape: Any) -> None:
+    """n points of one series in one INSERT … SELECT (SQLite: a recursive CTE; PostgreSQL: generate_series);
+    `shape`: the fields of Series."""
+    series = Series(**shape)
+    every, first_seq = series.every, series.first_seq
     value = {
         # A decaying loss with a deterministic wiggle; only + - * / and % so plain SQLite can compute it.
         "loss": "0.15 + 2.2 / (1 + i * :every / 3000.0) + ((i * 7919) % 1000) / 8000.0",
         "accuracy": "0.98 - 0.85 / (1 + i * :every / 500.0)",
         "lr": "0.05 * (1 - (i * :every * 1.0) / (:n * :every + 1))",
-    }[kind]
+    }[series.kind]
     if db.get_bind().dialect.name == "postgresql":
         sql = f"""INSERT INTO metric_points (job_id, seq, step, name, value, time)
                   SELECT :job, :seq0 + i, (i + 1) * :every, :name, {value}, 0 FROM generate_series(0, :n - 1) AS i"""

@@ -1,4 +1,4 @@
-"""User code for the reliability tests (allowed by the tests' RANKZERO_ALLOWED_CODE=rel_user_code).
+"""User code for the fault tests (allowed by their RANKZERO_ALLOWED_CODE=tests.support.slow_model).
 
 `slow_mlp` is the built-in MLP whose forward also sleeps `step_s` seconds: a run lasts long enough to
 be killed mid-way, while its weights stay exactly those of the plain MLP (sleeping changes no math).

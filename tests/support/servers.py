@@ -1,5 +1,9 @@
-"""Throwaway Redis and PostgreSQL servers the fault tests own and may stop: never the machine's
-shared ones on 6379 / 5432, which other tests use."""
+"""Throwaway Redis and PostgreSQL servers a test owns and may stop: never the machine's shared ones
+on 6379 / 5432, which other tests use.
+
+- `redis_server`: a RedisServer of the test's own (no persistence), started; stopped after.
+- `pg_cluster`: a PgCluster of the test's own (initdb in a temp dir), started; stopped and removed after.
+"""
 
 from __future__ import annotations
 
@@ -8,30 +12,15 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_port(port: int, up: bool, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                if up:
-                    return
-        except OSError:
-            if not up:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"port {port} did not go {'up' if up else 'down'} in {timeout} s")
+from tests.support.ports import free_port, wait_port
 
 
 class RedisServer:
@@ -51,20 +40,20 @@ class RedisServer:
         if exe is None:
             raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
         self.workdir.mkdir(parents=True, exist_ok=True)
-        log = open(self.workdir / "redis.log", "ab")
-        self.proc = subprocess.Popen(
-            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--daemonize", "no", "--dir", str(self.workdir)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        _wait_port(self.port, True, 20)
+        with open(self.workdir / "redis.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                 "--daemonize", "no", "--dir", str(self.workdir)],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        wait_port(self.port, True, 20)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)  # a crash, not a polite shutdown
             self.proc.wait(timeout=10)
         self.proc = None
-        _wait_port(self.port, False, 10)
+        wait_port(self.port, False, 10)
 
 
 def _pg_bin(name: str) -> str:
@@ -100,15 +89,15 @@ class PgCluster:
                        check=True, capture_output=True, timeout=120, cwd=self.workdir, **self._as_owner())  # type: ignore[arg-type]  # fmt: skip
 
     def start(self) -> None:
-        log = open(self.workdir / "postgres.log", "ab")
-        if self._user:
-            os.chown(self.workdir / "postgres.log", self._user.pw_uid, self._user.pw_gid)
-        self.proc = subprocess.Popen(
-            [_pg_bin("postgres"), "-D", str(self.data), "-p", str(self.port), "-k", str(self.workdir),
-             "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=100"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.workdir, **self._as_owner(),  # type: ignore[arg-type]
-        )  # fmt: skip
-        _wait_port(self.port, True, 30)
+        with open(self.workdir / "postgres.log", "ab") as log:
+            if self._user:
+                os.chown(self.workdir / "postgres.log", self._user.pw_uid, self._user.pw_gid)
+            self.proc = subprocess.Popen(
+                [_pg_bin("postgres"), "-D", str(self.data), "-p", str(self.port), "-k", str(self.workdir),
+                 "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=100"],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.workdir, **self._as_owner(),  # type: ignore[arg-type]
+            )  # fmt: skip
+        wait_port(self.port, True, 30)
         deadline = time.monotonic() + 30
         import psycopg
 
@@ -134,3 +123,26 @@ class PgCluster:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
         self.proc = None
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_cluster() -> Iterator[PgCluster]:
+    # Not under tmp_path: pytest's base temp dir is private to root and the server runs as `postgres`.
+    workdir = Path(tempfile.mkdtemp(prefix="rankzero-pg-"))
+    workdir.chmod(0o755)  # mkdtemp makes it private to root; the server's user must reach its cluster inside
+    cluster = PgCluster(workdir / "cluster")
+    try:
+        cluster.init()
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
