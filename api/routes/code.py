@@ -101,7 +101,8 @@ def _check_request(request: Request, settings: Settings) -> None:
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}},
+            "description": "The bundle (tar.gz); Content-Type application/gzip or application/octet-stream.",
+            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
         }
     },
 )
