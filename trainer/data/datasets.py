@@ -9,6 +9,7 @@ import torch
 from torch.utils.data import Dataset, Subset
 
 from trainer.data.confine import confine_from_env
+from trainer.data.download import download_failed_message, download_lock, missing_message
 from trainer.spec import DataSpec, is_user_code
 from trainer.user_code import import_user_function
 
@@ -93,27 +94,35 @@ def _vision_transform(mean: tuple[float, ...], std: tuple[float, ...]) -> Callab
     return transforms.Compose([transforms.ToTensor(), transforms.Normalize(mean, std)])
 
 
+def _both_splits(cls: Any, root: str, download: bool, tf: Callable[..., Any]) -> tuple[Dataset, Dataset]:
+    train = cls(root, train=True, download=download, transform=tf)
+    return train, cls(root, train=False, download=download, transform=tf)
+
+
 def _torchvision_split(cls_name: str, mean: tuple[float, ...], std: tuple[float, ...]):
     def build(args: dict[str, Any], seed: int) -> tuple[Dataset, Dataset]:
         import torchvision.datasets as tvd
 
         cls = getattr(tvd, cls_name)
         # Confined before torchvision touches (or, with download, creates) anything.
-        root = str(confine_from_env(args.get("root", "data"), "data.args.root"))
+        root = confine_from_env(args.get("root", "data"), "data.args.root")
         download = bool(args.get("download", False))
         tf = _vision_transform(mean, std)
-        try:
-            return (
-                cls(root, train=True, download=download, transform=tf),
-                cls(root, train=False, download=download, transform=tf),
-            )
-        except RuntimeError as exc:
-            if "not found" in str(exc).lower() or "corrupted" in str(exc).lower():
-                raise FileNotFoundError(
-                    f"{cls_name} files are not under {root!r} and download is off: set data.args.download true "
-                    f"(needs network) or data.args.root to a folder that holds them"
-                ) from exc
-            raise
+        if not download:
+            try:
+                return _both_splits(cls, str(root), False, tf)
+            except RuntimeError as exc:
+                if "not found" in str(exc).lower() or "corrupted" in str(exc).lower():
+                    raise FileNotFoundError(missing_message(cls, root)) from exc
+                raise
+        # Once per host: every other rank and job waits for this download, then finds the files.
+        with download_lock(root, cls_name):
+            try:
+                return _both_splits(cls, str(root), True, tf)
+            except (RuntimeError, OSError) as exc:
+                if isinstance(exc, OSError) or "download" in str(exc).lower():
+                    raise RuntimeError(download_failed_message(cls, root, exc)) from exc
+                raise
 
     return build
 

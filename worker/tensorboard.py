@@ -1,0 +1,176 @@
+"""TensorBoard scalars as metrics: a script that logs with `SummaryWriter($RANKZERO_TENSORBOARD_DIR)`
+has its scalars in the job's charts with no code change. Torch-free (the event protobufs come from the
+`tensorboard` package; no TensorFlow, no torch).
+
+`TensorBoardTail(<run>/tensorboard).read()` returns the scalars appended to the event files
+(`*tfevents*`, in any sub-folder) since the last call, as `metric` events the Ingestor writes like
+events.jsonl's (`Ingestor.ingest_metrics`): name = the tag (prefixed with the sub-folder when the
+file is not at the top), step = the global step, value, time = the event's wall time.
+
+Each file is a sequence of TFRecords (length, masked CRC-32C of the length, data, CRC of the data);
+a record still being written (the file ends inside it) is left for the next call, and a length whose
+CRC does not match ends the reading of that file (it is corrupt from there on).
+
+Idempotent: every point gets a synthetic `seq` of its own space, negative (events.jsonl's seqs are
+positive, so they never collide), derived from its name and step; the metric_points unique key
+(job_id, seq) and the Ingestor's per-name step high-water mark make a re-read (a restarted worker
+reads the files from the start) write nothing twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import struct
+from pathlib import Path
+from typing import Any
+
+from tensorboard.compat.proto import event_pb2
+
+from trainer.event_types import EventType
+
+log = logging.getLogger("rankzero.worker")
+FILE_GLOB = "*tfevents*"
+MAX_RECORD_BYTES = 64 << 20  # larger than any scalar event by far; a bigger length is corruption
+_HEADER = struct.Struct("<QI")
+_DT_FLOAT, _DT_DOUBLE = 1, 2
+_SEQ_SPACE = (1 << 62) - 1
+
+
+def _crc32c_table() -> list[int]:
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_CRC_TABLE = _crc32c_table()
+
+
+def crc32c(data: bytes) -> int:
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc = _CRC_TABLE[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def masked_crc32c(data: bytes) -> int:
+    crc = crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def synthetic_seq(name: str, step: int) -> int:
+    """A point's seq in the TensorBoard space: negative, the same for the same (name, step) on every read."""
+    digest = hashlib.blake2b(f"{name}\0{step}".encode(), digest_size=8).digest()
+    return -1 - (int.from_bytes(digest, "big") & _SEQ_SPACE)
+
+
+def _tensor_scalar(tensor: Any) -> float | None:
+    """A 0-dimensional float/double tensor's value (new-style scalar summaries), else None."""
+    if tensor.tensor_shape.dim:
+        return None
+    if tensor.dtype == _DT_FLOAT:
+        if tensor.float_val:
+            return float(tensor.float_val[0])
+        return struct.unpack("<f", tensor.tensor_content)[0] if len(tensor.tensor_content) == 4 else None
+    if tensor.dtype == _DT_DOUBLE:
+        if tensor.double_val:
+            return float(tensor.double_val[0])
+        return struct.unpack("<d", tensor.tensor_content)[0] if len(tensor.tensor_content) == 8 else None
+    return None
+
+
+def scalars(event: Any) -> list[tuple[str, float]]:
+    """(tag, value) of the scalar summaries in one Event (images, histograms, text: skipped)."""
+    found = []
+    for value in event.summary.value:
+        if value.HasField("simple_value"):
+            found.append((value.tag, float(value.simple_value)))
+        elif value.HasField("tensor"):
+            v = _tensor_scalar(value.tensor)
+            if v is not None:
+                found.append((value.tag, v))
+    return found
+
+
+class _File:
+    """One event file being read: where the next record starts, and whether it went bad."""
+
+    def __init__(self, path: Path, prefix: str) -> None:
+        self.path = path
+        self.prefix = prefix
+        self.offset = 0
+        self.broken = False
+
+    def records(self, max_bytes: int) -> list[bytes]:
+        if self.broken:
+            return []
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                chunk = fh.read(max_bytes)
+        except OSError:
+            return []
+        out, pos = [], 0
+        while len(chunk) - pos >= _HEADER.size:
+            length, length_crc = _HEADER.unpack_from(chunk, pos)
+            if masked_crc32c(chunk[pos : pos + 8]) != length_crc or length > MAX_RECORD_BYTES:
+                log.warning("%s: corrupt record at byte %d; the rest of the file is skipped", self.path, self.offset)
+                self.broken = True
+                break
+            end = pos + _HEADER.size + length + 4
+            if end > len(chunk):
+                break  # still being written (or past max_bytes): the next call reads it
+            out.append(chunk[pos + _HEADER.size : pos + _HEADER.size + length])
+            pos = end
+        self.offset += pos
+        return out
+
+
+class TensorBoardTail:
+    """Scalars appended under `root` (a job's tensorboard folder) since the last call, as metric events."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._files: dict[Path, _File] = {}
+
+    def _discover(self) -> list[_File]:
+        if not self.root.is_dir():
+            return []
+        for path in self.root.rglob(FILE_GLOB):
+            if path not in self._files and path.is_file():
+                rel = path.parent.relative_to(self.root).as_posix()
+                self._files[path] = _File(path, "" if rel == "." else rel + "/")
+        return [self._files[p] for p in sorted(self._files)]
+
+    def read(self, max_bytes: int = 8 << 20) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        for f in self._discover():
+            for record in f.records(max_bytes):
+                events.extend(_metric_events(record, f.prefix))
+        return events
+
+
+def _metric_events(record: bytes, prefix: str) -> list[dict[str, Any]]:
+    try:
+        event = event_pb2.Event.FromString(record)
+    except Exception:  # protobuf's DecodeError; a record that is no Event is skipped
+        return []
+    out = []
+    for tag, value in scalars(event):
+        name = (prefix + tag)[:200]
+        step = int(event.step)
+        out.append(
+            {
+                "seq": synthetic_seq(name, step),
+                "type": EventType.metric.value,
+                "time": float(event.wall_time),
+                "step": step,
+                "name": name,
+                "value": value,
+            }
+        )
+    return out
