@@ -180,10 +180,24 @@ class CheckpointSpec(StrictModel):
     every_steps: int | None = Field(
         None, ge=1, le=10_000_000, description="Save every N optimizer steps (None: not by steps)."
     )
-    every_epochs: int | None = Field(1, ge=1, le=100_000, description="Save every N epochs (None: not by epochs).")
+    every_epochs: int | None = Field(
+        1,
+        ge=1,
+        le=100_000,
+        description="Save every N epochs (None: not by epochs); default 1, or None when every_steps is set.",
+    )
     keep_last: int = Field(
         3, ge=1, le=1000, description="Keep this many most recent checkpoints; a final one is always written."
     )
+
+    @model_validator(mode="after")
+    def _steps_alone(self) -> CheckpointSpec:
+        """`{every_steps: 100}` means by steps only: the epoch default would add saves that keep_last then
+        counts, pruning the step checkpoints the user asked for. Both given: both apply."""
+        given = self.model_fields_set
+        if self.every_steps is not None and "every_epochs" not in given:
+            self.__dict__["every_epochs"] = None  # a default, not a value the user set (fields_set unchanged)
+        return self
 
 
 class JobSpec(StrictModel):
