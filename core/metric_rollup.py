@@ -13,6 +13,10 @@ reads cheap. Folding is SQL (GROUP BY per bucket; each extreme's step found by a
 scan of its bucket), never a pass over the points in Python. It assumes a job's points are
 committed in seq order (one ingester per job, as worker/ingest.py does), so everything at or
 below the mark is final. Non-finite values (a diverged loss) are not plotted.
+
+Points from another source than events.jsonl (a script's TensorBoard files) have seqs of their own,
+from EXTERNAL_SEQ_BASE up: the mark never covers them (events.jsonl may still add lower seqs after
+them); their writer folds each batch in the transaction that inserts it (`fold`).
 """
 
 from __future__ import annotations
@@ -21,11 +25,13 @@ import math
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import text
 from sqlmodel import Session
 
 WIDTHS = (16, 256, 4096, 65536)
+EXTERNAL_SEQ_BASE = 1 << 62  # seqs of points not from events.jsonl (worker/tensorboard.py) start here
 
 
 @dataclass
@@ -145,7 +151,10 @@ def refresh(session: Session, job_id: int) -> int:
     # Reads first, outside any write transaction (SQLite: a read transaction that later upgrades to
     # a write can fail with SQLITE_BUSY_SNAPSHOT, which the busy timeout does not retry).
     mark = session.execute(text("SELECT seq FROM metric_rollup_marks WHERE job_id = :j"), {"j": job_id}).scalar()
-    newest = session.execute(text("SELECT max(seq) FROM metric_points WHERE job_id = :j"), {"j": job_id}).scalar()
+    newest = session.execute(
+        text("SELECT max(seq) FROM metric_points WHERE job_id = :j AND seq < :base"),
+        {"j": job_id, "base": EXTERNAL_SEQ_BASE},
+    ).scalar()
     session.commit()
     if newest is None:
         return 0
@@ -166,19 +175,27 @@ def refresh(session: Session, job_id: int) -> int:
     if moved.rowcount != 1:
         session.rollback()
         return 0
-    window = {"j": job_id, "old": mark, "new": newest}
-    spans = session.execute(
+    folded = fold(session, job_id, mark, newest)
+    session.commit()
+    return folded
+
+
+def fold(conn: Any, job_id: int, old: int, new: int) -> int:
+    """Fold the job's points with seq in (old, new] into the rollups, in the caller's transaction (a
+    Session or a Connection); returns how many points that was. `refresh` moves the mark first; the
+    writer of external points (EXTERNAL_SEQ_BASE) calls it with the seqs it just inserted."""
+    window = {"j": job_id, "old": old, "new": new}
+    spans = conn.execute(
         text(
             "SELECT name, count(*), min(step), max(step) FROM metric_points "
             "WHERE job_id = :j AND seq > :old AND seq <= :new GROUP BY name"
         ),
         window,
     ).all()
-    session.execute(_FINEST, {**window, "lowest": -sys.float_info.max, "highest": sys.float_info.max})
+    conn.execute(_FINEST, {**window, "lowest": -sys.float_info.max, "highest": sys.float_info.max})
     for name, _, lo, hi in spans:
         for width, statement in _LEVELS:
-            session.execute(statement, {"j": job_id, "n": name, "b0": lo // width, "b1": hi // width})
-    session.commit()
+            conn.execute(statement, {"j": job_id, "n": name, "b0": lo // width, "b1": hi // width})
     return sum(count for _, count, _, _ in spans)
 
 

@@ -20,7 +20,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from core import jobs
+from core import jobs, metric_rollup
 from core.tables import Checkpoint, Job, MetricPoint, utcnow
 from trainer.event_types import EventType
 
@@ -234,6 +234,40 @@ class Ingestor:
         for start in range(0, len(events), BATCH):
             new += self._ingest_batch(events[start : start + BATCH])
         return new
+
+    def ingest_metrics(self, events: list[dict[str, Any]]) -> int:
+        """Metric events from another source than events.jsonl (TensorBoard files: worker/tensorboard.py).
+
+        Written as `metric` events are, skipping steps already held per name (so a restarted worker
+        re-reading the files writes nothing twice), with seqs of their own space (from
+        metric_rollup.EXTERNAL_SEQ_BASE up, never one of events.jsonl's), folded into the rollups in
+        the same transaction; `ingested_seq` is not touched. Returns how many points were new.
+        """
+        batch = _Batch(job_id=self.job_id, seen=self.seen, max_step=dict(self.max_step))
+        seq = self._next_external_seq()
+        for ev in events:
+            before = len(batch.points)
+            _write_metric(batch, {**ev, "seq": seq})
+            seq += len(batch.points) - before
+        if not batch.points:
+            return 0
+        first, last = batch.points[0]["seq"], batch.points[-1]["seq"]
+        with self.engine.begin() as conn:
+            self._insert_points(conn, batch.points)
+            metric_rollup.fold(conn, self.job_id, first - 1, last)
+            jobs.record_ingested(conn, self.job_id, self.ingested_seq, batch.progress)
+        self.max_step = batch.max_step
+        self.seen.points += len(batch.points)
+        return len(batch.points)
+
+    def _next_external_seq(self) -> int:
+        with self.engine.connect() as conn:
+            top = conn.execute(
+                select(func.max(MetricPoint.seq)).where(
+                    MetricPoint.job_id == self.job_id, MetricPoint.seq >= metric_rollup.EXTERNAL_SEQ_BASE
+                )
+            ).scalar()
+        return metric_rollup.EXTERNAL_SEQ_BASE if top is None else int(top) + 1
 
     @property
     def outcome(self) -> EventsSeen:

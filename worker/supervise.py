@@ -32,9 +32,10 @@ from trainer.event_types import EventType
 from trainer.exit_codes import EXIT_OK
 from trainer.run_dir import RunDir, job_run_dir
 from trainer.spec import JobSpec
-from worker import cancel, drain, errors, gpus
+from worker import bundles, cancel, drain, errors, gpus, script_jobs
 from worker.ingest import EventsSeen, EventTail, Ingestor
 from worker.launch import Launched, launch
+from worker.tensorboard import TensorBoardTail
 
 log = logging.getLogger("rankzero.worker")
 S = JobStatus
@@ -154,12 +155,16 @@ def _run_attempt(engine: Engine, settings: Settings, job: Job, spec: JobSpec, cu
     job_id, number = job.id, job.attempt
     run = RunDir(job_run_dir(settings.resolved_runs_dir, job_id))
     spec_dict = spec.model_dump(mode="json")
-    if number > 1:
+    if number > 1 and not spec.is_script:  # a script finds its own (rankzero.load_checkpoint)
         latest = _latest_checkpoint(engine, job_id, run)
         if latest is not None:
             spec_dict["resume_from"] = str(latest)
     try:
-        launched = launch(run, spec_dict, job_id, number, spec.nproc, cuda)
+        code = bundles.code_dir(spec, settings)
+        launched = launch(run, spec_dict, job_id, number, spec.nproc, cuda, settings, code_dir=code)
+    except bundles.BundleUnavailable as exc:
+        jobs.finish(engine, job_id, S.failed, detail="code bundle unavailable", error=str(exc))
+        return f"job {job_id}: code bundle unavailable"
     except OSError as exc:
         jobs.finish(engine, job_id, S.failed, detail="launch failed", error=f"could not start torchrun: {exc}")
         return f"job {job_id}: launch failed"
@@ -184,13 +189,17 @@ def _supervise(a: Attempt) -> str:
 class _Watch:
     """The supervision loop's state: events read but not yet written (the database may be down),
     whether this attempt's `started` event was seen (it arms the stall watchdog), and the times of
-    the last event, heartbeat and rollup fold."""
+    the last event, heartbeat and rollup fold. TensorBoard scalars (worker/tensorboard.py) wait in
+    `pending_tb`; a script job's log output counts as a sign of life like an event."""
 
     def __init__(self, a: Attempt) -> None:
         self.a = a
         self.tail = EventTail(a.run.events)
         self.ingestor = Ingestor(a.engine, a.job_id, a.run.root)
         self.pending: list[dict[str, Any]] = []
+        self.tensorboard = TensorBoardTail(a.run.tensorboard)
+        self.pending_tb: list[dict[str, Any]] = []
+        self.output_bytes = 0
         self.launched_at = time.time()
         self.started = False
         self.last_beat = self.last_event = self.last_fold = time.monotonic()
@@ -201,6 +210,17 @@ class _Watch:
             self.pending.extend(events)
             self.last_event = time.monotonic()
             self.started = self.started or any(self._is_this_start(e) for e in events)
+        self.pending_tb.extend(self.tensorboard.read())
+        if self.a.spec.is_script:
+            self._notice_output()
+
+    def _notice_output(self) -> None:
+        """A script that writes no events is alive while its logs grow (its first output arms the watchdog)."""
+        size = script_jobs.output_size(self.a.run, self.a.number)
+        if size != self.output_bytes:
+            self.output_bytes = size
+            self.last_event = time.monotonic()
+            self.started = True
 
     def _is_this_start(self, ev: dict[str, Any]) -> bool:
         """This attempt's `started` (an earlier attempt's is older than its launch)."""
@@ -221,11 +241,17 @@ class _Watch:
             return S.running
         return status
 
-    def _write_pending(self, now: float) -> None:
-        if not self.pending:
-            return
-        new = self.ingestor.ingest(self.pending)
+    def write_pending(self) -> int:
+        """Write what was read (events, then TensorBoard scalars); return the new metric points."""
+        new = self.ingestor.ingest(self.pending) if self.pending else 0
         self.pending = []
+        if self.pending_tb:
+            new += self.ingestor.ingest_metrics(self.pending_tb)
+            self.pending_tb = []
+        return new
+
+    def _write_pending(self, now: float) -> None:
+        new = self.write_pending()
         if new and now - self.last_fold > FOLD_EVERY_S:
             _fold_rollups(self.a.engine, self.a.job_id)
             self.last_fold = now
@@ -280,7 +306,7 @@ def _record_outcome(a: Attempt, watch: _Watch, ended: Ended) -> str:
     deadline = time.monotonic() + DB_RETRY_S
     while True:
         try:
-            watch.ingestor.ingest(watch.pending)
+            watch.write_pending()
             _fold_rollups(a.engine, a.job_id)
             return _record(a, watch.ingestor.seen, ended)
         except DBAPIError:

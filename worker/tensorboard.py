@@ -3,23 +3,22 @@ has its scalars in the job's charts with no code change. Torch-free (the event p
 `tensorboard` package; no TensorFlow, no torch).
 
 `TensorBoardTail(<run>/tensorboard).read()` returns the scalars appended to the event files
-(`*tfevents*`, in any sub-folder) since the last call, as `metric` events the Ingestor writes like
-events.jsonl's (`Ingestor.ingest_metrics`): name = the tag (prefixed with the sub-folder when the
-file is not at the top), step = the global step, value, time = the event's wall time.
+(`*tfevents*`, in any sub-folder) since the last call, as `metric` events (without a seq) that
+`Ingestor.ingest_metrics` writes like events.jsonl's: name = the tag (prefixed with the sub-folder
+when the file is not at the top), step = the global step, value, time = the event's wall time.
 
 Each file is a sequence of TFRecords (length, masked CRC-32C of the length, data, CRC of the data);
 a record still being written (the file ends inside it) is left for the next call, and a length whose
 CRC does not match ends the reading of that file (it is corrupt from there on).
 
-Idempotent: every point gets a synthetic `seq` of its own space, negative (events.jsonl's seqs are
-positive, so they never collide), derived from its name and step; the metric_points unique key
-(job_id, seq) and the Ingestor's per-name step high-water mark make a re-read (a restarted worker
-reads the files from the start) write nothing twice.
+Idempotent: the Ingestor keeps a point only past the highest step it holds for that name, so a
+re-read (a restarted worker reads the files from the start) writes nothing twice; it numbers the
+points in a seq space of their own (core/metric_rollup.py EXTERNAL_SEQ_BASE and up), which never
+meets events.jsonl's.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import struct
 from pathlib import Path
@@ -34,7 +33,6 @@ FILE_GLOB = "*tfevents*"
 MAX_RECORD_BYTES = 64 << 20  # larger than any scalar event by far; a bigger length is corruption
 _HEADER = struct.Struct("<QI")
 _DT_FLOAT, _DT_DOUBLE = 1, 2
-_SEQ_SPACE = (1 << 62) - 1
 
 
 def _crc32c_table() -> list[int]:
@@ -60,12 +58,6 @@ def crc32c(data: bytes) -> int:
 def masked_crc32c(data: bytes) -> int:
     crc = crc32c(data)
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def synthetic_seq(name: str, step: int) -> int:
-    """A point's seq in the TensorBoard space: negative, the same for the same (name, step) on every read."""
-    digest = hashlib.blake2b(f"{name}\0{step}".encode(), digest_size=8).digest()
-    return -1 - (int.from_bytes(digest, "big") & _SEQ_SPACE)
 
 
 def _tensor_scalar(tensor: Any) -> float | None:
@@ -161,15 +153,12 @@ def _metric_events(record: bytes, prefix: str) -> list[dict[str, Any]]:
         return []
     out = []
     for tag, value in scalars(event):
-        name = (prefix + tag)[:200]
-        step = int(event.step)
         out.append(
             {
-                "seq": synthetic_seq(name, step),
                 "type": EventType.metric.value,
                 "time": float(event.wall_time),
-                "step": step,
-                "name": name,
+                "step": int(event.step),
+                "name": (prefix + tag)[:200],
                 "value": value,
             }
         )

@@ -216,7 +216,7 @@ def test_tensorboard_tail_reads_scalars_incrementally(tmp_path: Path) -> None:
     assert set(got) == {("train/loss", 0), ("train/loss", 1), ("train/loss", 2), ("new_style", 0),
                         ("eval/accuracy", 0), ("eval/accuracy", 1), ("eval/new_style", 0)}  # fmt: skip
     assert got[("train/loss", 2)]["value"] == pytest.approx(0.2) and got[("new_style", 0)]["value"] == 2.5
-    assert all(e["type"] == "metric" and e["seq"] < 0 for e in got.values())  # never an events.jsonl seq
+    assert all(e["type"] == "metric" for e in got.values())
     assert tail.read() == []
 
     # A record still being written waits for its end; then it is read once.
@@ -231,9 +231,8 @@ def test_tensorboard_tail_reads_scalars_incrementally(tmp_path: Path) -> None:
     assert tail.read() == []
     path.write_bytes(whole + scalar)
     assert [(e["name"], e["step"]) for e in tail.read()] == [("train/loss", 3)]
-    # A fresh tail (a restarted worker) reads everything again with the same seqs.
-    again = {(e["name"], e["step"]): e["seq"] for e in TensorBoardTail(root).read()}
-    assert all(again[k] == e["seq"] for k, e in got.items())
+    # A fresh tail (a restarted worker) reads everything again; the Ingestor keeps nothing twice.
+    assert len(TensorBoardTail(root).read()) == len(got) + 1
 
 
 def test_tensorboard_corrupt_length_ends_that_file(tmp_path: Path) -> None:
@@ -259,3 +258,47 @@ def test_missing_mnist_names_the_folder_and_how_to_fill_it(tmp_path: Path, monke
     text = str(info.value)
     assert str(tmp_path / "mnist" / "MNIST" / "raw") in text and "train-images-idx3-ubyte" in text
     assert "data.args.download true" in text and "RANKZERO_DATASETS_DIR" in text
+
+
+def test_tensorboard_points_are_written_once_and_folded_beside_events_jsonl(sqlite_url: str) -> None:
+    from sqlalchemy import text
+    from sqlmodel import Session
+
+    from core import metric_rollup
+    from core.db import get_engine
+    from core.migrate import upgrade
+    from core.tables import Job, JobStatus
+    from worker.ingest import Ingestor
+
+    upgrade(sqlite_url)
+    engine = get_engine(sqlite_url)
+    with Session(engine) as s:
+        job = Job(name="tb", spec={}, status=JobStatus.running, attempt=1)
+        s.add(job)
+        s.commit()
+        job_id = job.id
+
+    def tb(steps: range) -> list[dict]:
+        return [{"type": "metric", "time": 1.0, "step": i, "name": "train/loss", "value": 1 / i} for i in steps]
+
+    def jsonl(seqs: range) -> list[dict]:
+        return [{"seq": q, "time": 1.0, "type": "metric", "step": q, "name": "sdk/acc", "value": q / 10} for q in seqs]
+
+    ingestor = Ingestor(engine, job_id)
+    assert ingestor.ingest_metrics(tb(range(1, 6))) == 5
+    assert ingestor.ingest(jsonl(range(1, 4))) == 3  # events.jsonl's seqs, after TensorBoard points
+    assert ingestor.ingest_metrics(tb(range(1, 9))) == 3  # a file read again, plus 3 new scalars
+    assert Ingestor(engine, job_id).ingest_metrics(tb(range(1, 9))) == 0  # a restarted worker
+    assert ingestor.ingest(jsonl(range(4, 6))) == 2
+    with Session(engine) as s:
+        metric_rollup.refresh(s, job_id)
+        assert metric_rollup.series_names(s, job_id) == ["sdk/acc", "train/loss"]
+        counts = dict(
+            s.execute(
+                text("SELECT name, sum(n) FROM metric_rollups WHERE job_id = :j AND width = 16 GROUP BY name"),
+                {"j": job_id},
+            ).all()
+        )
+        latest = s.get(Job, job_id).latest_loss
+    assert counts == {"sdk/acc": 5, "train/loss": 8}  # every point folded once, from either source
+    assert latest == 1 / 8
