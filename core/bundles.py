@@ -462,8 +462,13 @@ def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
         yield member
 
 
-def scan(archive: Path, limits: Limits, dest: Path | None = None) -> Manifest:
-    """Check every member of `archive` (and unpack it into `dest` when given); its manifest (sha256 unset)."""
+def scan(
+    archive: Path, limits: Limits, dest: Path | None = None, on_member: Callable[[], None] | None = None
+) -> Manifest:
+    """Check every member of `archive` (and unpack it into `dest` when given); its manifest (sha256 unset).
+
+    `on_member` is called once per member (a caller's keep-alive during a long unpack).
+    """
     tally = _Tally(limits)
     check_into = (dest or Path("/nonexistent-rankzero-bundle-check")).resolve()
     try:
@@ -477,6 +482,8 @@ def scan(archive: Path, limits: Limits, dest: Path | None = None) -> Manifest:
                     tally.add(name, member)
                     if dest is not None:
                         _extract(tar, member, name, dest)
+                    if on_member is not None:
+                        on_member()
             while reader.read(CHUNK):  # to the end: the gzip CRC and length are checked there
                 pass
     except tarfile.FilterError as exc:

@@ -1,8 +1,11 @@
 """A job's code bundle on this host: found or fetched, unpacked once, read-only, first on the ranks' path.
 
-`code_dir(spec, settings)` is what the supervisor calls before launching an attempt: None for a job
-without `code`, else the folder to put first on the ranks' PYTHONPATH (`pythonpath_first`). It
-raises `BundleUnavailable` with a message fit for the job's error.
+`code_dir(spec, settings, keep_alive)` is what the supervisor calls before launching an attempt: None
+for a job without `code`, else the folder to put first on the ranks' PYTHONPATH (`pythonpath_first`).
+It raises `BundleUnavailable` with a message fit for the job's error. A fetch or unpack can take a
+while (a 1 GB bundle): `keep_alive` (the job's heartbeat, e.g. `lambda: jobs.touch_live(engine, id)`)
+is called every KEEP_ALIVE_S meanwhile, including while waiting for another job's unpack of the same
+bundle, so the recovery sweep never takes the job for lost.
 
 - Where the archive comes from: the shared store (`<runs_dir>/.bundles/<sha256>.tar.gz`, the API's
   own folder in embedded mode and docker-compose), else the API (`GET /api/code/<sha256>`, only when
@@ -25,7 +28,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +42,9 @@ CACHE_DIRNAME = "bundles"
 PARTIAL_PREFIX = ".partial-"
 SWEEP_EVERY_S = 600.0
 FETCH_TIMEOUT_S = 60.0
+KEEP_ALIVE_S = 2.0
 
+KeepAlive = Callable[[], object]
 _last_sweep = 0.0
 _sweep_lock = threading.Lock()
 
@@ -60,23 +65,41 @@ def pythonpath_first(env: Mapping[str, str], folder: Path | None) -> dict[str, s
     return out
 
 
-def code_dir(spec: Any, settings: Settings) -> Path | None:
+def code_dir(spec: Any, settings: Settings, keep_alive: KeepAlive | None = None) -> Path | None:
     """The unpacked bundle of a job (a JobSpec or its dict), or None when the job has no `code`."""
     code = spec.get("code") if isinstance(spec, Mapping) else getattr(spec, "code", None)
-    return ensure(settings, code) if code else None
+    return ensure(settings, code, keep_alive) if code else None
+
+
+class _Ticker:
+    """Calls `keep_alive` at most every KEEP_ALIVE_S, however often it is ticked."""
+
+    def __init__(self, keep_alive: KeepAlive | None) -> None:
+        self.keep_alive, self.last = keep_alive, time.monotonic()
+
+    def __call__(self) -> None:
+        if self.keep_alive is not None and time.monotonic() - self.last >= KEEP_ALIVE_S:
+            self.last = time.monotonic()
+            self.keep_alive()
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def _locked(path: Path, tick: Callable[[], None] = lambda: None) -> Iterator[None]:
     with open(path, "a+b") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:  # another job unpacks this bundle: wait for it, alive
+                tick()
+                time.sleep(0.05)
         try:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def ensure(settings: Settings, code: str) -> Path:
+def ensure(settings: Settings, code: str, keep_alive: KeepAlive | None = None) -> Path:
     """The folder holding bundle `code` unpacked on this host (unpacking it once, under a lock)."""
     try:
         sha256 = bundles.parse_ref(code)
@@ -85,23 +108,24 @@ def ensure(settings: Settings, code: str) -> Path:
     root = cache_dir(settings)
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
     final = root / sha256
+    tick = _Ticker(keep_alive)
     if not final.is_dir():
-        with _locked(root / f".{sha256}.lock"):
+        with _locked(root / f".{sha256}.lock", tick):
             if not final.is_dir():
-                _unpack(settings, sha256, final)
+                _unpack(settings, sha256, final, tick)
     with contextlib.suppress(OSError):
         os.utime(final)  # last used: the cache keeps it for the retention period from now
     return final
 
 
-def _unpack(settings: Settings, sha256: str, final: Path) -> None:
-    archive, fetched = _archive(settings, sha256)
+def _unpack(settings: Settings, sha256: str, final: Path, tick: Callable[[], None]) -> None:
+    archive, fetched = _archive(settings, sha256, tick)
     tmp = final.with_name(f"{PARTIAL_PREFIX}{sha256}-{secrets.token_hex(4)}")
     try:
         if bundles.file_sha256(archive) != sha256:
             raise BundleUnavailable(f"code bundle sha256:{sha256}: the archive at {archive} does not match its digest")
         tmp.mkdir(mode=0o700)
-        bundles.scan(archive, bundles.Limits.of(settings), dest=tmp)
+        bundles.scan(archive, bundles.Limits.of(settings), dest=tmp, on_member=tick)
         bundles.make_read_only(tmp)
         os.rename(tmp, final)
         log.info("code bundle %s unpacked into %s", sha256, final)
@@ -120,7 +144,7 @@ def _token(settings: Settings) -> str | None:
     return path.read_text().strip() if path.is_file() else None
 
 
-def _archive(settings: Settings, sha256: str) -> tuple[Path, bool]:
+def _archive(settings: Settings, sha256: str, tick: Callable[[], None]) -> tuple[Path, bool]:
     """The archive's path and whether it was fetched (a temp file to remove after use)."""
     shared = bundles.archive_path(settings, sha256)
     if shared.is_file():
@@ -134,14 +158,14 @@ def _archive(settings: Settings, sha256: str) -> tuple[Path, bool]:
         )
     target = cache_dir(settings) / f"{PARTIAL_PREFIX}{sha256}-{secrets.token_hex(4)}.tar.gz"
     try:
-        _fetch(settings.api_url, token, sha256, target, settings.max_bundle_bytes)
+        _fetch(settings.api_url, token, sha256, target, settings.max_bundle_bytes, tick)
     except BaseException:
         target.unlink(missing_ok=True)
         raise
     return target, True
 
 
-def _fetch(api_url: str, token: str, sha256: str, target: Path, limit: int) -> None:
+def _fetch(api_url: str, token: str, sha256: str, target: Path, limit: int, tick: Callable[[], None]) -> None:
     url = f"{api_url.rstrip('/')}/api/code/{sha256}"
     digest, size = hashlib.sha256(), 0
     try:
@@ -160,6 +184,7 @@ def _fetch(api_url: str, token: str, sha256: str, target: Path, limit: int) -> N
                     raise BundleUnavailable(f"code bundle sha256:{sha256}: the API sent more than {limit:,} bytes")
                 digest.update(chunk)
                 out.write(chunk)
+                tick()
     except httpx.HTTPError as exc:
         raise BundleUnavailable(f"code bundle sha256:{sha256}: cannot fetch it from {url}: {exc}") from None
     if digest.hexdigest() != sha256:

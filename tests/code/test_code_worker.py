@@ -35,21 +35,28 @@ def test_shared_bundle_unpacked_once_by_two_jobs(settings: Settings, project: Pa
     unpacks: list[Path] = []
     real_scan = bundles.scan
 
-    def counting_scan(archive, limits, dest=None):
+    def counting_scan(archive, limits, dest=None, on_member=None):
         if dest is not None:
             unpacks.append(dest)
             time.sleep(0.3)  # the second job arrives while the first is unpacking
-        return real_scan(archive, limits, dest)
+        return real_scan(archive, limits, dest, on_member)
 
     monkeypatch.setattr(bundles, "scan", counting_scan)
+    monkeypatch.setattr(worker_bundles, "KEEP_ALIVE_S", 0.05)
     results: list[Path] = []
+    beats: list[str] = []  # each job's heartbeat while it unpacks or waits for the other's unpack
     spec = {**DIGITS_SPEC, "code": f"sha256:{sha}"}
-    threads = [threading.Thread(target=lambda: results.append(worker_bundles.code_dir(spec, settings))) for _ in "ab"]
+
+    def job(name: str) -> None:
+        results.append(worker_bundles.code_dir(spec, settings, keep_alive=lambda: beats.append(name)))
+
+    threads = [threading.Thread(target=job, args=(name,)) for name in "ab"]
     for t in threads:
         t.start()
     for t in threads:
         t.join(30)
     assert len(unpacks) == 1
+    assert len(set(beats)) >= 1  # the job that waited kept its heartbeat going
     assert results[0] == results[1] == settings.data_dir / "bundles" / sha
     folder = results[0]
     assert (folder / "mypkg" / "models.py").is_file() and not (folder / ".git").exists()
