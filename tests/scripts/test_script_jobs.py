@@ -1,0 +1,77 @@
+"""Script jobs end to end: a folder uploaded as a bundle, a spec with `entrypoint`, a real Celery worker,
+torchrun running the user's script (tests/scripts/projects/*) on CPU ranks."""
+
+from __future__ import annotations
+
+import time
+
+from tests.scripts.conftest import script_spec
+from tests.support.procs import alive, job_pids
+
+
+def _log(client, job_id: int, rank: int, stream: str) -> str:
+    r = client.http.get(f"/jobs/{job_id}/logs", params={"rank": rank, "stream": stream})
+    r.raise_for_status()
+    return r.json()["text"]
+
+
+def test_tutorial_ddp_script_runs_as_is_on_two_ranks(service, workers, project, upload) -> None:
+    settings, client = service()
+    workers.start(settings)
+    code = upload(client, project("tutorial"))
+    job = client.submit(script_spec("tutorial", code, "train.py --epochs 2", nproc=2))
+    assert job["strategy"] == "script × 2"
+    done = client.wait_terminal(job["id"], timeout=180)
+    assert done["status"] == "succeeded", done
+    assert done["exit_code"] == 0 and done["finished_at"] and done["started_at"]
+    out = _log(client, job["id"], 0, "stdout")
+    assert "epoch 0 loss" in out and "epoch 1 loss" in out and "checkpoint loaded back after 2 epochs" in out
+    # The rank-0 torch.save to the current folder landed in the run dir, next to links to the bundle.
+    work = settings.resolved_runs_dir / f"job_{job['id']}" / "work"
+    assert (work / "checkpoint.pt").is_file() and (work / "train.py").is_symlink()
+
+
+def test_failing_rank_is_named_with_exit_code_and_traceback(service, workers, project, upload) -> None:
+    settings, client = service()
+    workers.start(settings)
+    code = upload(client, project("failing"))
+    job = client.submit(script_spec("failing", code, "train.py", nproc=2))
+    done = client.wait_terminal(job["id"], timeout=180)
+    assert done["status"] == "failed", done
+    assert done["failed_rank"] == 1 and done["exit_code"] == 3, done
+    error = done["error"]
+    assert error.startswith("rank 1 failed with exit code 3: ValueError: bad batch on rank 1"), error
+    assert "Traceback (most recent call last):" in error and "in load_batch" in error
+
+
+def test_cancel_stops_a_script_job_leaving_no_process(service, workers, project, upload) -> None:
+    settings, client = service(cancel_grace_s=3.0)
+    workers.start(settings)
+    code = upload(client, project("sleeper"))
+    job = client.submit(script_spec("sleeper", code, "train.py", nproc=2))
+    client.wait(job["id"], lambda j: j["status"] == "running", 120, "running")
+    deadline = time.monotonic() + 120
+    while "step 3" not in _log(client, job["id"], 1, "stdout"):
+        assert time.monotonic() < deadline, "rank 1 printed nothing"
+        time.sleep(0.3)
+    launched = job_pids(workers.marker, job["id"])
+    assert len(launched) >= 3  # torchrun and two ranks
+    client.http.post(f"/jobs/{job['id']}/cancel").raise_for_status()
+    done = client.wait_terminal(job["id"], timeout=30)
+    assert done["status"] == "cancelled", done
+    assert not [p for p in launched if alive(p)] and not job_pids(workers.marker, job["id"])
+
+
+def test_tensorboard_scalars_appear_as_metrics(service, workers, project, upload) -> None:
+    settings, client = service()
+    workers.start(settings)
+    code = upload(client, project("tensorboard"))
+    job = client.submit(script_spec("tb", code, "train.py"))
+    done = client.wait_terminal(job["id"], timeout=180)
+    assert done["status"] == "succeeded", done
+    series = {s["name"]: s for s in client.http.get(f"/jobs/{job['id']}/metrics").json()["series"]}
+    assert set(series) == {"train/loss", "lr"}
+    loss = series["train/loss"]["points"]
+    assert [p["step"] for p in loss] == list(range(1, 9))
+    assert loss[-1]["value"] < loss[0]["value"]
+    assert done["latest_loss"] == loss[-1]["value"]
