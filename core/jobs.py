@@ -28,6 +28,14 @@ S = JobStatus
 UNDISPATCHED = datetime(2000, 1, 1, tzinfo=timezone.utc)
 
 
+class FencedOut(Exception):
+    """A supervisor's write was refused: the row is now another attempt's (this one was replaced)."""
+
+    def __init__(self, job_id: int, attempt: int) -> None:
+        super().__init__(f"job {job_id}: attempt {attempt} was replaced by a later attempt; it writes nothing")
+        self.job_id, self.attempt = job_id, attempt
+
+
 # --- creating and moving ------------------------------------------------------------------------
 
 
@@ -54,11 +62,13 @@ def transition(
     *,
     expect: JobStatus | set[JobStatus] | frozenset[JobStatus] | None = None,
     detail: str | None = None,
+    fence: int | None = None,
     **fields: object,
 ) -> bool:
     """Move job `job_id` to `to` if it is in one of `expect` (default: any state allowed to reach `to`).
 
-    Returns False, changing nothing, when the job was not in an expected state (someone else won).
+    Returns False, changing nothing, when the job was not in an expected state (someone else won), or,
+    with `fence`, when its `attempt` is no longer `fence` (a supervisor that was replaced).
     Extra `fields` are written in the same UPDATE. The caller commits.
     """
     if expect is None:
@@ -74,7 +84,10 @@ def transition(
         values["started_at"] = now
     if to.is_terminal:
         values["finished_at"] = now
-    result = session.execute(update(Job).where(Job.id == job_id, Job.status.in_(sources)).values(**values))  # type: ignore[attr-defined]
+    where = [Job.id == job_id, Job.status.in_(sources)]  # type: ignore[attr-defined]
+    if fence is not None:
+        where.append(Job.attempt == fence)
+    result = session.execute(update(Job).where(*where).values(**values))
     if result.rowcount != 1:
         return False
     row = session.get(Job, job_id)
@@ -109,9 +122,12 @@ def claim(engine: Engine, job_id: int, runs_dir: Path) -> Job | None:
         return job
 
 
-def mark_running(engine: Engine, job_id: int, pid: int, detail: str) -> bool:
+def mark_running(engine: Engine, job_id: int, pid: int, detail: str, attempt: int | None = None) -> bool:
+    """starting → running for attempt `attempt` (when given: False if the row is another attempt's)."""
     with Session(engine) as s:
-        won = transition(s, job_id, S.running, expect=S.starting, detail=detail, pid=pid, heartbeat_at=now_sql(s))
+        won = transition(
+            s, job_id, S.running, expect=S.starting, detail=detail, fence=attempt, pid=pid, heartbeat_at=now_sql(s)
+        )
         s.commit()
         return won
 
@@ -124,20 +140,30 @@ def refuse(engine: Engine, job_id: int, message: str) -> bool:
         return won
 
 
-def finish(engine: Engine, job_id: int, to: JobStatus, detail: str | None = None, **fields: object) -> bool:
-    """A live job's attempt ended: succeeded, failed or cancelled."""
+def finish(
+    engine: Engine, job_id: int, to: JobStatus, detail: str | None = None, attempt: int | None = None, **fields: object
+) -> bool:
+    """A live job's attempt ended: succeeded, failed or cancelled (`attempt`: only if the row is still its)."""
     with Session(engine) as s:
         sources = {src for src in LIVE if to in ALLOWED[src]}
-        won = transition(s, job_id, to, expect=sources, detail=detail, pid=None, **fields)
+        won = transition(s, job_id, to, expect=sources, detail=detail, fence=attempt, pid=None, **fields)
         s.commit()
         return won
 
 
-def requeue(engine: Engine, job_id: int, detail: str, **fields: object) -> bool:
-    """running/starting → queued (heartbeat cleared) so some worker picks it up again."""
+def requeue(engine: Engine, job_id: int, detail: str, attempt: int | None = None, **fields: object) -> bool:
+    """running/starting → queued (heartbeat cleared) so some worker picks it up again (`attempt`: fenced)."""
     with Session(engine) as s:
         won = transition(
-            s, job_id, S.queued, expect={S.starting, S.running}, detail=detail, pid=None, heartbeat_at=None, **fields
+            s,
+            job_id,
+            S.queued,
+            expect={S.starting, S.running},
+            detail=detail,
+            fence=attempt,
+            pid=None,
+            heartbeat_at=None,
+            **fields,
         )
         s.commit()
         return won
@@ -155,15 +181,29 @@ def touch_queued(engine: Engine, job_id: int) -> bool:
         return result.rowcount == 1
 
 
-def touch_live(engine: Engine, job_id: int) -> None:
-    """The heartbeat of a running job: proof for recovery that its worker is alive."""
+def touch_live(engine: Engine, job_id: int, attempt: int | None = None) -> bool:
+    """The heartbeat of a running job: proof for recovery that its worker is alive. False: the row is not
+    live (or, with `attempt`, is another attempt's), and nothing was written."""
+    where = [Job.id == job_id, Job.status.in_(LIVE)]  # type: ignore[attr-defined]
+    if attempt is not None:
+        where.append(Job.attempt == attempt)
     with engine.begin() as conn:
-        conn.execute(update(Job).where(Job.id == job_id, Job.status.in_(LIVE)).values(heartbeat_at=now_sql(conn)))  # type: ignore[attr-defined]
+        return conn.execute(update(Job).where(*where).values(heartbeat_at=now_sql(conn))).rowcount == 1  # type: ignore[arg-type]
 
 
-def record_ingested(conn: Connection, job_id: int, seq: int, progress: dict[str, Any]) -> None:
-    """Events up to `seq` are in the database (same transaction as their points): note it, with progress."""
-    conn.execute(update(Job).where(Job.id == job_id).values(ingested_seq=seq, heartbeat_at=now_sql(conn), **progress))  # type: ignore[arg-type]
+def record_ingested(
+    conn: Connection, job_id: int, seq: int, progress: dict[str, Any], attempt: int | None = None
+) -> None:
+    """Events up to `seq` are in the database (same transaction as their points): note it, with progress.
+
+    With `attempt`, raises FencedOut when the row is another attempt's: the caller's transaction (its
+    points too) rolls back, and the newer attempt's supervisor ingests the same file itself."""
+    where = [Job.id == job_id]
+    if attempt is not None:
+        where.append(Job.attempt == attempt)
+    values = {"ingested_seq": seq, "heartbeat_at": now_sql(conn), **progress}
+    if conn.execute(update(Job).where(*where).values(**values)).rowcount != 1 and attempt is not None:  # type: ignore[arg-type]
+        raise FencedOut(job_id, attempt)
 
 
 def by_idempotency_key(session: Session, key: str) -> Job | None:
@@ -204,6 +244,13 @@ def get_job(engine: Engine, job_id: int) -> Job | None:
         if job is not None:
             s.expunge(job)
         return job
+
+
+def status_and_attempt(engine: Engine, job_id: int) -> tuple[JobStatus | None, int]:
+    """The row's status and attempt number ((None, 0) when the row is gone)."""
+    with Session(engine) as s:
+        job = s.get(Job, job_id)
+        return (JobStatus(job.status), int(job.attempt)) if job else (None, 0)
 
 
 def status_of(engine: Engine, job_id: int) -> JobStatus | None:

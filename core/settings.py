@@ -70,6 +70,12 @@ class Settings(BaseSettings):
         gt=0,
         description="A live job whose heartbeat is older belongs to a dead worker; default max(30, 6 × heartbeat_s).",
     )
+    startup_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="With a stall_timeout_s, how long an attempt may take from launch to its first sign of life "
+        "(imports, downloads, rendezvous) before it counts as hung.",
+    )
     poll_s: float = Field(
         0.25, gt=0, le=60, description="How often a supervisor reads events.jsonl and looks at the job row (cancel)."
     )

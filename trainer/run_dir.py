@@ -4,6 +4,7 @@ Torch-free, so the worker and the API can import it.
 
     <run>/spec.json                         the spec the job was launched with
     <run>/events.jsonl                      rank 0's events, one JSON object per line
+    <run>/heartbeat                         touched by rank 0 every step (at most once a second): a sign of life
     <run>/checkpoints/step_XXXXXXXX.pt      checkpoints (written to a temp name, then renamed)
     <run>/logs/attempt_N/                   torchrun --log-dir of attempt N (per-rank stdout/stderr, error.json)
     <run>/tensorboard/                      RANKZERO_TENSORBOARD_DIR: a script's SummaryWriter files (ingested)
@@ -35,6 +36,11 @@ class RunDir:
     @property
     def events(self) -> Path:
         return self.root / "events.jsonl"
+
+    @property
+    def heartbeat(self) -> Path:
+        """Its mtime is the ranks' liveness for the stall watchdog, whatever log_every is."""
+        return self.root / "heartbeat"
 
     @property
     def checkpoints(self) -> Path:

@@ -7,8 +7,9 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
-from worker.procs import pids_with_mark, signal_all
+from worker.procs import pids_of_run, pids_with_mark, signal_all
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
@@ -42,3 +43,23 @@ def wait_gone(proc: subprocess.Popen[bytes], mark: str, timeout_s: float = 10.0)
         signal_all(left, signal.SIGKILL)
         time.sleep(0.05)
     return proc.returncode
+
+
+def stop_earlier_attempts(run_root: Path, grace_s: float) -> list[int]:
+    """Before an attempt launches: stop every process any earlier attempt of this job left running
+    (a supervisor that died or froze; its torchrun is not our child). SIGTERM first, so the ranks
+    checkpoint on their way out, SIGKILL after `grace_s`; returns the pids found. Never two attempts at once."""
+    found = pids_of_run(run_root)
+    if not found:
+        return []
+    signal_all(found, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while (left := pids_of_run(run_root)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    deadline = time.monotonic() + 10.0
+    while left and time.monotonic() < deadline:
+        signal_all(left, signal.SIGCONT)  # a stopped process dies of SIGKILL anyway; SIGCONT lets it be reaped
+        signal_all(left, signal.SIGKILL)
+        time.sleep(0.1)
+        left = pids_of_run(run_root)
+    return found

@@ -211,10 +211,11 @@ def _handler_for(kind: object) -> _Handler:
 class Ingestor:
     """Writes one job's events. Keep one per supervised job; `ingest` is safe to call with repeats."""
 
-    def __init__(self, engine: Engine, job_id: int, run_root: Path | None = None) -> None:
+    def __init__(self, engine: Engine, job_id: int, run_root: Path | None = None, attempt: int | None = None) -> None:
         self.engine = engine
         self.job_id = job_id
         self.run_root = run_root
+        self.attempt = attempt  # the supervisor's attempt: its writes are fenced by it (core.jobs.FencedOut)
         self.seen = EventsSeen()
         with Session(engine) as s:
             job = s.get(Job, job_id)
@@ -302,7 +303,7 @@ class Ingestor:
             if batch.ckpts:
                 conn.execute(self._ckpts, batch.ckpts)
                 self._forget_deleted_checkpoints(conn)
-            jobs.record_ingested(conn, self.job_id, top, batch.progress)
+            jobs.record_ingested(conn, self.job_id, top, batch.progress, attempt=self.attempt)
 
     def _insert_points(self, conn: Any, points: list[dict[str, Any]]) -> None:
         if self.engine.dialect.name != "postgresql" or len(points) < COPY_THRESHOLD:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +28,31 @@ MARK_ENV = "RANKZERO_JOB_MARK"  # every rank inherits it: lets us find ranks tor
 def trainer_module() -> str:
     # A test hook: tests may point the launcher at a stand-in trainer module.
     return os.environ.get("RANKZERO_TRAINER_MODULE", "trainer")
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_supervisor() -> Callable[[], None] | None:
+    """A preexec_fn that makes torchrun get SIGTERM when the thread that launched it dies (the worker
+    killed, OOM): torchrun forwards it, the ranks checkpoint and exit 75, and nothing trains unsupervised.
+
+    PR_SET_PDEATHSIG fires when the forking *thread* exits: a supervisor runs in the thread of its
+    task from launch to outcome (Celery's solo and prefork pools: the process's main thread; the
+    threads pool keeps its threads while the worker lives). None where there is no prctl (not Linux)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:  # the supervisor died before the flag was set
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
 
 
 def free_port() -> int:
@@ -163,5 +191,6 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
             env=pythonpath_first(env, code_dir),
             cwd=cwd,
             start_new_session=True,  # its own process group: a signal to the group reaches torchrun, never us
+            preexec_fn=die_with_supervisor(),
         )
     return Launched(proc=proc, mark=mark, port=port, log_dir=log_dir, launcher_log=launcher_log)

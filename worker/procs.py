@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 
 
-def pids_with_mark(mark: str) -> list[int]:
-    needle = f"RANKZERO_JOB_MARK={mark}".encode()
+def _live_environs() -> list[tuple[int, list[bytes]]]:
+    """(pid, environment entries) of every live process we may read, zombies and ourselves left out."""
     me = os.getpid()
     found = []
     for entry in Path("/proc").iterdir():
@@ -23,9 +23,24 @@ def pids_with_mark(mark: str) -> list[int]:
             continue  # gone, or not ours to read
         if state == "Z":
             continue  # a zombie is dead; its parent reaps it
-        if needle in env.split(b"\0"):
-            found.append(int(entry.name))
+        found.append((int(entry.name), env.split(b"\0")))
     return found
+
+
+def pids_with_mark(mark: str) -> list[int]:
+    needle = f"RANKZERO_JOB_MARK={mark}".encode()
+    return [pid for pid, env in _live_environs() if needle in env]
+
+
+def pids_of_run(run_root: Path) -> list[int]:
+    """torchrun and the ranks of any attempt of the job that runs in `run_root` (launch.py gives each
+    of them RANKZERO_RUN_DIR=<run_root resolved> and a RANKZERO_JOB_MARK), whoever launched them."""
+    needle = f"RANKZERO_RUN_DIR={Path(run_root).resolve()}".encode()
+    return [
+        pid
+        for pid, env in _live_environs()
+        if needle in env and any(item.startswith(b"RANKZERO_JOB_MARK=") for item in env)
+    ]
 
 
 def signal_all(pids: list[int], sig: int) -> None:

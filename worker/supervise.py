@@ -32,7 +32,7 @@ from trainer.event_types import EventType
 from trainer.exit_codes import EXIT_OK
 from trainer.run_dir import RunDir, job_run_dir
 from trainer.spec import JobSpec
-from worker import bundles, cancel, drain, errors, gpus, script_jobs
+from worker import bundles, cancel, drain, errors, gpus, run_record, script_jobs
 from worker.ingest import EventsSeen, EventTail, Ingestor
 from worker.launch import Launched, launch
 from worker.tensorboard import TensorBoardTail
@@ -40,9 +40,6 @@ from worker.tensorboard import TensorBoardTail
 log = logging.getLogger("rankzero.worker")
 S = JobStatus
 FOLD_EVERY_S = 2.0
-# Until the trainer's `started` event (imports, data download, rendezvous) the stall watchdog waits at
-# least this long: stall_timeout_s is about training making no progress, not about a slow start.
-STARTUP_GRACE_S = 600.0
 # How long the outcome of an attempt is retried while the database is unreachable (e.g. restarting).
 DB_RETRY_S = 600.0
 
@@ -65,7 +62,7 @@ class StopReason(str, Enum):
 
     cancel = "cancel"  # the row went to `cancelling`
     drain = "drain"  # this worker is shutting down
-    stall = "stall"  # no event for stall_timeout_s
+    stall = "stall"  # no sign of life for stall_timeout_s (or startup_timeout_s before the first)
     gone = "gone"  # the row was deleted or finished under us: do not leave ranks behind
 
 
@@ -75,6 +72,7 @@ class Ended:
 
     exit_code: int | None
     stopped_for: StopReason | None = None
+    note: str = ""  # for a stall: what the watchdog saw (which phase, how long), in words
 
 
 def _fold_rollups(engine: Engine, job_id: int) -> None:
@@ -155,35 +153,95 @@ def _run_attempt(engine: Engine, settings: Settings, job: Job, spec: JobSpec, cu
     job_id, number = job.id, job.attempt
     run = RunDir(job_run_dir(settings.resolved_runs_dir, job_id))
     spec_dict = spec.model_dump(mode="json")
-    if number > 1 and not spec.is_script:  # a script finds its own (rankzero.load_checkpoint)
-        latest = _latest_checkpoint(engine, job_id, run)
-        if latest is not None:
-            spec_dict["resume_from"] = str(latest)
+    try:
+        latest = _before_launch(engine, settings, job_id, number, run)
+    except jobs.FencedOut as exc:
+        return str(exc)
+    except Exception as exc:  # nothing runs yet: the job fails saying why, never stays `starting`
+        log.exception("job %s attempt %s: preparing the launch failed", job_id, number)
+        error = f"the worker could not prepare attempt {number}: {type(exc).__name__}: {exc}"
+        jobs.finish(engine, job_id, S.failed, detail="worker error", attempt=number, error=error)
+        return f"job {job_id}: worker error before launch"
+    if latest is not None and not spec.is_script:  # a script finds its own (rankzero.load_checkpoint)
+        spec_dict["resume_from"] = str(latest)
     try:
         code = bundles.code_dir(spec, settings)
         launched = launch(run, spec_dict, job_id, number, spec.nproc, cuda, settings, code_dir=code)
     except bundles.BundleUnavailable as exc:
-        jobs.finish(engine, job_id, S.failed, detail="code bundle unavailable", error=str(exc))
+        jobs.finish(engine, job_id, S.failed, detail="code bundle unavailable", attempt=number, error=str(exc))
         return f"job {job_id}: code bundle unavailable"
     except OSError as exc:
-        jobs.finish(engine, job_id, S.failed, detail="launch failed", error=f"could not start torchrun: {exc}")
+        error = f"could not start torchrun: {exc}"
+        jobs.finish(engine, job_id, S.failed, detail="launch failed", attempt=number, error=error)
         return f"job {job_id}: launch failed"
     pid = launched.proc.pid
-    jobs.mark_running(engine, job_id, pid, detail=f"torchrun pid {pid}, attempt {number}")
+    jobs.mark_running(engine, job_id, pid, detail=f"torchrun pid {pid}, attempt {number}", attempt=number)
     log.info("job %s attempt %s: torchrun pid %s on %s", job_id, number, pid, cuda or "cpu")
     attempt = Attempt(engine, settings, job_id, number, spec, run, launched)
     return _supervise(attempt)
+
+
+def _before_launch(engine: Engine, settings: Settings, job_id: int, number: int, run: RunDir) -> Path | None:
+    """Never two attempts at once, and nothing an earlier one wrote is lost: stop whatever an earlier
+    attempt left running (its ranks checkpoint on SIGTERM), ingest what events.jsonl holds (the durable
+    record; its supervisor may have died before writing it), and return the newest intact checkpoint on
+    disk to resume from (None for a first attempt, or when there is none)."""
+    left = cancel.stop_earlier_attempts(run.root, settings.cancel_grace_s)
+    if left:
+        log.warning(
+            "job %s attempt %s: stopped %d process(es) an earlier attempt left running", job_id, number, len(left)
+        )
+    run_record.catch_up(engine, job_id, run, number)
+    return run_record.newest_intact_checkpoint(engine, job_id, run) if number > 1 else None
 
 
 # --- supervising --------------------------------------------------------------------------------
 
 
 def _supervise(a: Attempt) -> str:
-    """Watch the attempt until its ranks exit or must be stopped, then record its outcome."""
-    watch = _Watch(a)
-    ended = _watch_until_ended(watch)
-    watch.read_events()  # what the ranks wrote on their way out (final checkpoint, stopped, failed)
-    return _record_outcome(a, watch, ended)
+    """Watch the attempt until its ranks exit or must be stopped, then record its outcome.
+
+    A supervisor that was replaced (the row is a later attempt's: it was frozen, or cut off, and
+    recovery gave the job to another worker) stops its ranks and writes nothing; any other error
+    stops the ranks and records why, so no rank ever trains unsupervised."""
+    try:
+        watch = _Watch(a)
+        ended = _watch_until_ended(watch)
+        watch.read_events()  # what the ranks wrote on their way out (final checkpoint, stopped, failed)
+        return _record_outcome(a, watch, ended)
+    except jobs.FencedOut:
+        return _fenced_out(a)
+    except Exception as exc:
+        return _supervisor_failed(a, exc)
+
+
+def _fenced_out(a: Attempt) -> str:
+    code = cancel.stop(a.launched.proc, a.launched.mark, a.settings.cancel_grace_s)
+    log.warning(
+        "job %s: attempt %s was replaced by a later attempt; its ranks stopped (exit %s)", a.job_id, a.number, code
+    )
+    return f"job {a.job_id}: attempt {a.number} replaced by a later attempt; ranks stopped, nothing written"
+
+
+def _supervisor_failed(a: Attempt, exc: Exception) -> str:
+    """An unexpected error in supervision: stop the ranks (they checkpoint), then fail or restart the job
+    saying what went wrong, fenced like every other write."""
+    log.exception("job %s attempt %s: supervision failed; stopping its ranks", a.job_id, a.number)
+    code = cancel.stop(a.launched.proc, a.launched.mark, a.settings.cancel_grace_s)
+    message = f"the worker's supervisor failed ({type(exc).__name__}: {exc}); the ranks were stopped"
+    try:
+        _check_fence(a)
+        return _restart_or_fail(a, errors.Failure(message=message[:2000], exit_code=code))
+    except Exception:  # the database too: recovery finds the job by its stale heartbeat
+        log.exception("job %s: recording the supervisor's failure failed", a.job_id)
+        return f"job {a.job_id}: supervisor failed; ranks stopped, outcome not recorded"
+
+
+def _check_fence(a: Attempt) -> None:
+    """Raise FencedOut when the row is another attempt's (read before writing an outcome)."""
+    status, attempt = jobs.status_and_attempt(a.engine, a.job_id)
+    if status is not None and attempt != a.number:
+        raise jobs.FencedOut(a.job_id, a.number)
 
 
 class _Watch:
@@ -195,7 +253,7 @@ class _Watch:
     def __init__(self, a: Attempt) -> None:
         self.a = a
         self.tail = EventTail(a.run.events)
-        self.ingestor = Ingestor(a.engine, a.job_id, a.run.root)
+        self.ingestor = Ingestor(a.engine, a.job_id, a.run.root, attempt=a.number)
         self.pending: list[dict[str, Any]] = []
         self.tensorboard = TensorBoardTail(a.run.tensorboard)
         self.pending_tb: list[dict[str, Any]] = []
@@ -203,6 +261,8 @@ class _Watch:
         self.launched_at = time.time()
         self.started = False
         self.last_beat = self.last_event = self.last_fold = time.monotonic()
+        self.heartbeat_mtime = self.launched_at - 1  # the ranks' heartbeat file (trainer/train.py `_beat`)
+        self.last_step: int | None = None
 
     def read_events(self) -> None:
         events = self.tail.read()
@@ -210,6 +270,9 @@ class _Watch:
             self.pending.extend(events)
             self.last_event = time.monotonic()
             self.started = self.started or any(self._is_this_start(e) for e in events)
+            steps = [e["step"] for e in events if isinstance(e.get("step"), int)]
+            self.last_step = max(steps) if steps else self.last_step
+        self._notice_heartbeat()
         self.pending_tb.extend(self.tensorboard.read())
         if self.a.spec.is_script:
             self._notice_output()
@@ -219,6 +282,17 @@ class _Watch:
         size = script_jobs.output_size(self.a.run, self.a.number)
         if size != self.output_bytes:
             self.output_bytes = size
+            self.last_event = time.monotonic()
+            self.started = True
+
+    def _notice_heartbeat(self) -> None:
+        """Rank 0 touches the heartbeat file every step (at most once a second): life, whatever log_every is."""
+        try:
+            mtime = self.a.run.heartbeat.stat().st_mtime
+        except OSError:
+            return
+        if mtime > self.heartbeat_mtime:
+            self.heartbeat_mtime = mtime
             self.last_event = time.monotonic()
             self.started = True
 
@@ -232,9 +306,11 @@ class _Watch:
         a = self.a
         try:
             self._write_pending(now)
-            status = jobs.status_of(a.engine, a.job_id)
+            status, attempt = jobs.status_and_attempt(a.engine, a.job_id)
+            if status is not None and attempt != a.number:
+                raise jobs.FencedOut(a.job_id, a.number)
             if now - self.last_beat >= a.settings.heartbeat_s:
-                jobs.touch_live(a.engine, a.job_id)
+                jobs.touch_live(a.engine, a.job_id, attempt=a.number)
                 self.last_beat = now
         except DBAPIError as exc:
             log.warning("job %s: database unavailable, retrying (%s)", a.job_id, type(exc).__name__)
@@ -257,11 +333,23 @@ class _Watch:
             self.last_fold = now
 
     def stall_limit(self) -> float | None:
-        """Seconds without an event that count as a stall; longer until `started` (a slow start is no stall)."""
+        """Seconds without a sign of life (an event, a heartbeat, a script's output) that count as a stall;
+        until the first one, settings.startup_timeout_s (a slow start is no stall)."""
         limit = self.a.spec.stall_timeout_s
         if self.started or limit is None:
             return limit
-        return max(limit, STARTUP_GRACE_S)
+        return self.a.settings.startup_timeout_s
+
+    def stall_note(self) -> str:
+        """What the watchdog saw, with the limit that applied: a start-up that never ended, or life that stopped."""
+        limit = self.stall_limit() or 0.0
+        if not self.started:
+            return (
+                f"no sign of start-up within {limit:g} s of launch (startup_timeout_s): the ranks never began "
+                "training (stuck importing, loading data or in rendezvous)"
+            )
+        after = f" after step {self.last_step}" if self.last_step is not None else ""
+        return f"no sign of life for {limit:g} s{after} (stall_timeout_s; no step, event or output): a rank hung"
 
 
 def _watch_until_ended(watch: _Watch) -> Ended:
@@ -276,7 +364,8 @@ def _watch_until_ended(watch: _Watch) -> Ended:
         status = watch.sync(now)
         reason = _stop_reason(watch, status, now)
         if reason is not None:
-            return Ended(cancel.stop(proc, mark, _grace_s(a.settings, reason)), reason)
+            note = watch.stall_note() if reason is StopReason.stall else ""
+            return Ended(cancel.stop(proc, mark, _grace_s(a.settings, reason)), reason, note)
         time.sleep(a.settings.poll_s)
 
 
@@ -308,6 +397,7 @@ def _record_outcome(a: Attempt, watch: _Watch, ended: Ended) -> str:
         try:
             watch.write_pending()
             _fold_rollups(a.engine, a.job_id)
+            _check_fence(a)
             return _record(a, watch.ingestor.seen, ended)
         except DBAPIError:
             if time.monotonic() > deadline:
@@ -325,6 +415,12 @@ def _record(a: Attempt, seen: EventsSeen, ended: Ended) -> str:
     if ended.stopped_for is StopReason.drain:
         return _hand_back(a, ended)
     if ended.stopped_for is None and (ended.exit_code == EXIT_OK or seen.finished):
+        hole = run_record.hole_in_record(a.run, expect_finished=not a.spec.is_script)
+        if hole is not None:  # never a success with a hole in its record; a restart would not fill it
+            _record_failed(
+                a, errors.Failure(message=f"the run's record is incomplete: {hole}", exit_code=ended.exit_code)
+            )
+            return f"job {a.job_id}: failed (incomplete record)"
         return _record_succeeded(a, ended)
     if ended.stopped_for is StopReason.stall:
         return _restart_or_fail(a, _stall_failure(a, ended))
@@ -333,15 +429,15 @@ def _record(a: Attempt, seen: EventsSeen, ended: Ended) -> str:
 
 def _record_cancelled(a: Attempt, ended: Ended) -> str:
     detail = f"cancelled; ranks stopped (exit {ended.exit_code})"
-    jobs.finish(a.engine, a.job_id, S.cancelled, detail=detail, exit_code=ended.exit_code)
+    jobs.finish(a.engine, a.job_id, S.cancelled, detail=detail, attempt=a.number, exit_code=ended.exit_code)
     return f"job {a.job_id}: cancelled"
 
 
 def _hand_back(a: Attempt, ended: Ended) -> str:
     """This worker is shutting down: the ranks checkpointed; another worker resumes the job."""
     detail = "worker shutting down; the job resumes from its latest checkpoint"
-    jobs.requeue(a.engine, a.job_id, detail=detail, exit_code=ended.exit_code)
-    queue.enqueue_or_defer(a.job_id, a.settings)
+    if jobs.requeue(a.engine, a.job_id, detail=detail, attempt=a.number, exit_code=ended.exit_code):
+        queue.enqueue_or_defer(a.job_id, a.settings)
     return f"job {a.job_id}: handed back to the queue (worker shutting down)"
 
 
@@ -353,19 +449,23 @@ def _record_succeeded(a: Attempt, ended: Ended) -> str:
         detail = "finished"
     else:
         detail = f"finished (a rank exited with {code} during teardown, after the final checkpoint)"
-    if jobs.finish(a.engine, a.job_id, S.succeeded, detail=detail, exit_code=code, eta_s=0.0):
+    if jobs.finish(a.engine, a.job_id, S.succeeded, detail=detail, attempt=a.number, exit_code=code, eta_s=0.0):
         return f"job {a.job_id}: succeeded"
     return f"job {a.job_id}: finished but its row had moved on"
 
 
 def _stall_failure(a: Attempt, ended: Ended) -> errors.Failure:
-    message = f"no event for {a.spec.stall_timeout_s:g} s (stall_timeout_s): a rank hung; its ranks were stopped"
+    message = f"{ended.note or 'no sign of life (stall_timeout_s)'}; its ranks were stopped"
     return errors.Failure(message=message, exit_code=ended.exit_code)
 
 
 def _diagnose_failure(a: Attempt, seen: EventsSeen, ended: Ended) -> errors.Failure:
     """torchrun's account of the failure (errors.diagnose), told better where we know more."""
     failure = errors.diagnose(a.run, a.number, a.launched.launcher_log, ended.exit_code)
+    trouble = run_record.run_dir_trouble(a.run)
+    if trouble is not None:  # the trainer could not even write its `failed` event: say why
+        failure.message = f"{trouble}; {failure.message}"
+        return failure
     if failure.rank is not None and failure.exit_code is not None and failure.exit_code < 0:
         # Killed by a signal: that rank wrote no error of its own, and rank 0's `failed` event
         # would only echo it (a broken connection), so torchrun's root cause names the rank.
@@ -406,7 +506,9 @@ def _restart_or_fail(a: Attempt, failure: errors.Failure) -> str:
 def _requeue_failed(a: Attempt, failure: errors.Failure) -> bool:
     n, most = a.number, a.spec.max_restarts
     detail = f"attempt {n} failed ({failure.message}); restarting from the latest checkpoint ({n}/{most} restarts)"
-    return jobs.requeue(a.engine, a.job_id, detail=detail, failed_rank=failure.rank, exit_code=failure.exit_code)
+    return jobs.requeue(
+        a.engine, a.job_id, detail=detail, attempt=a.number, failed_rank=failure.rank, exit_code=failure.exit_code
+    )
 
 
 def _record_failed(a: Attempt, failure: errors.Failure) -> None:
@@ -420,6 +522,7 @@ def _record_failed(a: Attempt, failure: errors.Failure) -> None:
         a.job_id,
         S.failed,
         detail=failure.message[:500],
+        attempt=a.number,
         error=error,
         failed_rank=failure.rank,
         exit_code=failure.exit_code,
