@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.support.commands import ROOT
@@ -106,18 +107,30 @@ _STATE: dict = {}
 
 
 def _signed_in_state(browser, web_service: WebService) -> dict:
-    if "state" not in _STATE:
-        context = browser.new_context(viewport=VIEWPORT)
-        page = context.new_page()
-        errors = watch_console(page)
-        page.goto(f"{web_service.base}/login")
-        page.fill("#token", web_service.token)
-        page.click("button[type=submit]")
-        page.wait_for_url(f"{web_service.base}/")
-        _STATE["state"] = context.storage_state()
-        context.close()
-        assert not errors, errors
+    """A signed-in browser state, reused while it still works (signing out revokes every session)."""
+    if "state" not in _STATE or not _still_signed_in(web_service, _STATE["state"]):
+        _STATE["state"] = _sign_in(browser, web_service)
     return _STATE["state"]
+
+
+def _still_signed_in(web_service: WebService, state: dict) -> bool:
+    cookies = {c["name"]: c["value"] for c in state["cookies"]}
+    with httpx.Client(base_url=web_service.base, cookies=cookies, follow_redirects=False, timeout=10) as client:
+        return client.get("/api/jobs").status_code == 200
+
+
+def _sign_in(browser, web_service: WebService) -> dict:
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    errors = watch_console(page)
+    page.goto(f"{web_service.base}/login")
+    page.fill("#token", web_service.token)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{web_service.base}/")
+    state = context.storage_state()
+    context.close()
+    assert not errors, errors
+    return state
 
 
 @pytest.fixture
