@@ -11,15 +11,16 @@ import json
 import logging
 import math
 import os
+from pathlib import Path
 
 from sqlalchemy import func, select
 from sqlmodel import Session
 
 from core import bundles, capacity
 from core.db import get_engine
-from core.paths import UnsafePath, inside_dataset_roots, inside_runs_dir
+from core.paths import UnsafePath, inside_dataset_roots, inside_runs_dir, run_dir_of
 from core.settings import Settings
-from core.tables import TERMINAL_STATUSES, Job
+from core.tables import TERMINAL_STATUSES, Checkpoint, Job
 from trainer.data import confine
 from trainer.spec import JobSpec
 
@@ -106,6 +107,41 @@ def check_resume_from(spec: JobSpec, settings: Settings) -> JobSpec:
     if not path.is_file():
         raise SpecRefused(("body", "resume_from"), "resume_from: no such checkpoint file inside the runs dir")
     return spec.model_copy(update={"resume_from": str(path)})
+
+
+def check_resume_fits(spec: JobSpec, settings: Settings) -> None:
+    """A resume from a recorded checkpoint must keep its global batch and train at least one step.
+
+    Read from the `checkpoints` row and its job's spec (never the file): the trainer would refuse the
+    batch only once the job runs, and a max_steps at or below the checkpoint's step "succeeds" at once.
+    """
+    if spec.resume_from is None:
+        return
+    path = Path(spec.resume_from)  # resolved inside the runs dir by check_resume_from
+    run_dir = path.parent.parent
+    with Session(get_engine(settings.resolved_database_url)) as session:
+        rel = str(path.relative_to(run_dir))
+        for ckpt, job in session.execute(select(Checkpoint, Job).join(Job).where(Checkpoint.path == rel)).all():
+            try:
+                if run_dir_of(job, settings) != run_dir:
+                    continue
+                batch = JobSpec.model_validate(job.spec).global_batch_size
+            except (UnsafePath, ValueError):
+                return  # a row we cannot read: the trainer still checks the file
+            if batch != spec.global_batch_size:
+                raise SpecRefused(
+                    ("body", "resume_from"),
+                    f"the checkpoint at step {ckpt.step} was trained with global batch {batch:,}; this spec's is "
+                    f"{spec.global_batch_size:,} (batch_size × accumulation_steps × nproc × nnodes): "
+                    "make them equal to resume exactly",
+                )
+            if spec.max_steps is not None and spec.max_steps <= ckpt.step:
+                raise SpecRefused(
+                    ("body", "max_steps"),
+                    f"max_steps {spec.max_steps:,} is not beyond the checkpoint's step {ckpt.step:,}: the job "
+                    f"would train 0 steps; set max_steps above {ckpt.step:,}",
+                )
+            return
 
 
 def check_plain_text(spec: JobSpec) -> None:
@@ -301,6 +337,7 @@ def apply(spec: JobSpec, settings: Settings) -> JobSpec:
     check_code(spec, settings)
     check_user_code(spec, settings)
     spec = check_resume_from(spec, settings)
+    check_resume_fits(spec, settings)
     spec = check_data_paths(spec, settings)
     check_capacity(spec, settings)
     check_cpu_ranks(spec, settings)

@@ -1,15 +1,28 @@
 """The CLI's REST client: server URL and token from options, env (RANKZERO_URL, RANKZERO_API_TOKEN)
-or the local settings; every failure becomes a message that says what to do."""
+or the instance the environment's settings describe; every failure becomes a message that says what to do.
+
+Finding the instance (`locate`): the URL is --url / RANKZERO_URL, else RANKZERO_HOST / RANKZERO_PORT when
+set, else what the running `rankzero up` / `rankzero api` of RANKZERO_DATA_DIR recorded in
+`<data dir>/server.json` (so `up --port 9000` is found), else the default settings. The token is
+--token / RANKZERO_API_TOKEN, else `<data dir>/api_token`, read and never written: only `up` and
+`api` create one.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from core.settings import Settings
+from core.settings import Settings, check_token_strength, write_private
+
+SERVER_FILE = "server.json"
 
 
 class CliError(Exception):
@@ -25,17 +38,108 @@ def default_url(settings: Settings) -> str:
     return f"http://{host}:{settings.port}"
 
 
+@dataclass(frozen=True)
+class Instance:
+    """Where the CLI sends requests and with which token, and where each came from (for messages)."""
+
+    url: str
+    url_from: str
+    token: str
+    token_from: str
+
+
+def _env_names(*names: str) -> list[str]:
+    upper = {k.upper() for k in os.environ}
+    return [n for n in names if n in upper]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def record_server(settings: Settings, url: str) -> Path:
+    """`up` / `api`: say in the data dir where this instance listens (owner-only; replaced atomically)."""
+    settings.ensure_data_dir()
+    path = settings.data_dir / SERVER_FILE
+    tmp = path.with_name(f".{SERVER_FILE}.{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    write_private(tmp, json.dumps({"url": url, "pid": os.getpid()}))
+    tmp.replace(path)
+    return path
+
+
+def forget_server(settings: Settings) -> None:
+    """Remove the record when it is this process's own."""
+    path = settings.data_dir / SERVER_FILE
+    try:
+        if json.loads(path.read_text()).get("pid") == os.getpid():
+            path.unlink()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def recorded_url(settings: Settings) -> str | None:
+    """The URL a live `up` / `api` of this data dir recorded, else None."""
+    try:
+        record = json.loads((settings.data_dir / SERVER_FILE).read_text())
+        url, pid = record["url"], int(record["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return url if isinstance(url, str) and _alive(pid) else None
+
+
+def locate(settings: Settings, url: str | None = None, token: str | None = None) -> Instance:
+    """The server and token of the instance `settings` (the environment) describes. Never writes a file."""
+    if url:
+        url_from = "--url / RANKZERO_URL"
+    elif named := _env_names("RANKZERO_HOST", "RANKZERO_PORT"):
+        url, url_from = default_url(settings), " / ".join(named)
+    elif found := recorded_url(settings):
+        url, url_from = found, str(settings.data_dir / SERVER_FILE)
+    else:
+        url, url_from = default_url(settings), "the default settings"
+    if token:
+        token_from = "--token / RANKZERO_API_TOKEN"
+    elif settings.api_token is not None:
+        token, token_from = settings.api_token.get_secret_value(), "RANKZERO_API_TOKEN"
+    else:
+        path = settings.data_dir / "api_token"
+        try:
+            text = path.read_text()
+        except OSError:
+            raise CliError(
+                f"no API token: {path} does not exist (RANKZERO_DATA_DIR is {settings.data_dir}). Set "
+                "RANKZERO_DATA_DIR to the data dir of the server's `rankzero up`, or pass --token / set "
+                "RANKZERO_API_TOKEN"
+            ) from None
+        try:
+            token = check_token_strength(text, source=str(path))
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+        token_from = str(path)
+    return Instance(url, url_from, token, token_from)
+
+
 class Api:
-    def __init__(self, url: str, token: str, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, token: str, timeout: float = 30.0, *, instance: Instance | None = None) -> None:
         self.url = url.rstrip("/")
+        self.instance = instance
         self.http = httpx.Client(
             base_url=self.url + "/api", headers={"Authorization": f"Bearer {token}"}, timeout=timeout
         )
 
     def _check(self, r: httpx.Response) -> httpx.Response:
         if r.status_code == 401:
+            source = f" from {self.instance.token_from}" if self.instance else ""
             raise CliError(
-                "the API rejected the token: pass --token or set RANKZERO_API_TOKEN (`rankzero up` prints it)"
+                f"the API at {self.url} rejected the token{source}: pass --token or set RANKZERO_API_TOKEN "
+                "(`rankzero up` prints it), or set RANKZERO_DATA_DIR to the server's data dir"
             )
         if r.status_code == 404:
             raise CliError(_detail(r) or f"not found: {r.request.url.path}")
@@ -49,9 +153,10 @@ class Api:
         try:
             r = self.http.request(method, path, **kw)
         except httpx.TransportError as exc:
+            source = f", from {self.instance.url_from}" if self.instance else ""
             raise CliError(
-                f"cannot reach the API at {self.url} ({exc}): "
-                "start it with `rankzero up`, or pass --url / set RANKZERO_URL"
+                f"cannot reach the API at {self.url}{source} ({exc}): start it with `rankzero up`, "
+                "or pass --url / set RANKZERO_URL (or RANKZERO_PORT / RANKZERO_DATA_DIR as the server has them)"
             ) from None
         return self._check(r).json()
 

@@ -1,7 +1,10 @@
 """The `rankzero` command: run the service (up, api, worker) and talk to it over REST.
 
-Server URL and token: --url / --token, else RANKZERO_URL / RANKZERO_API_TOKEN, else the local
-settings (http://127.0.0.1:8000 and the token kept in RANKZERO_DATA_DIR).
+Server URL and token: --url / --token, else RANKZERO_URL / RANKZERO_API_TOKEN, else the instance the
+environment's settings describe (RANKZERO_HOST / RANKZERO_PORT / RANKZERO_DATA_DIR, as `rankzero up`
+resolves them; see cli/client.py `locate`). Only `up` and `api` ever create a token file.
+
+What a job says (names, errors, tracebacks, logs) prints verbatim: never as rich markup.
 """
 
 from __future__ import annotations
@@ -17,15 +20,16 @@ import typer
 import yaml
 from pydantic import ValidationError
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
-from cli.client import Api, CliError, default_url
+from cli import views
+from cli.client import Api, CliError, default_url, forget_server, locate, record_server
 from core.settings import Settings
 
 app = typer.Typer(help="rankzero: PyTorch training jobs (torchrun DDP / gradient accumulation) behind a REST API.",
                   no_args_is_help=True, pretty_exceptions_enable=False)  # fmt: skip
-console = Console()
-err = Console(stderr=True)
+console = Console(emoji=False)
+err = Console(stderr=True, emoji=False)
 
 UrlOpt = Annotated[
     str | None, typer.Option("--url", envvar="RANKZERO_URL", help="API base URL (default: the local settings).")
@@ -42,14 +46,15 @@ def _api(url: str | None, token: str | None) -> Api:
     # A token given here is only sent, never served: the local settings need not accept it.
     settings = _settings(api_token=None) if token else _settings()
     try:
-        return Api(url or default_url(settings), token or settings.token())
-    except ValueError as exc:  # a weak token in the token file
+        found = locate(settings, url, token)
+        return Api(found.url, found.token, instance=found)
+    except (CliError, ValueError) as exc:  # no token file, or a weak token in it
         _fail(str(exc), code=2)
         raise
 
 
 def _fail(message: str, code: int = 1) -> None:
-    err.print(f"[red]error:[/red] {message}")
+    err.print(Text.assemble(("error:", "red"), " ", message), soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -107,10 +112,14 @@ def up(
         f"[bold green]rankzero[/] is up at [link={url}]{url}[/link]  (dashboard: {url}/, API docs: {url}/docs)"
     )
     console.print(f"API token: [bold]{token}[/]   (export RANKZERO_API_TOKEN={token})")
-    console.print(f"data: {settings.data_dir}   worker log: {settings.data_dir / 'worker.log'}   Ctrl-C stops both")
+    console.print(
+        Text(f"data: {settings.data_dir}   worker log: {settings.data_dir / 'worker.log'}   Ctrl-C stops both")
+    )
+    record_server(settings, url)  # the CLI of this data dir finds this port (`up --port`)
     try:
         serve(settings)
     finally:
+        forget_server(settings)
         console.print("stopping the worker (running jobs checkpoint and go back to the queue)…")
         stop_process(worker)
 
@@ -131,9 +140,12 @@ def api(
     _private_files()
     settings = _settings(**overrides)
     try:
+        record_server(settings, default_url(settings))
         serve(settings)
     except (UnsafeBind, ValueError) as exc:
         _fail(str(exc), code=2)
+    finally:
+        forget_server(settings)
 
 
 @app.command()
@@ -191,24 +203,35 @@ def submit(
 
         body["code"] = _run(lambda: upload_code(client, code, console))
     job = _run(lambda: client.post("/jobs", json=body))
-    console.print(
-        f"job [bold]{job['id']}[/] queued: {job['name']} ({job['strategy']}, global batch {job['global_batch_size']})"
-    )
+    _print_queued(job)
     if follow:
-        from cli.follow import follow as follow_job
+        _follow_to_end(client, job["id"])
 
-        final = _run(lambda: follow_job(client, job["id"], console))
-        _print_outcome(final)
-        if final["status"] != "succeeded":
-            raise typer.Exit(1)
+
+def _print_queued(job: dict[str, Any], note: str = "") -> None:
+    console.print(
+        Text.assemble("job ", (str(job["id"]), "bold"), f" queued: {job['name']} ({job['strategy']}, "
+                      f"global batch {views.number(job['global_batch_size'])}){note}"),
+        soft_wrap=True,
+    )  # fmt: skip
+
+
+def _follow_to_end(client: Api, job_id: int) -> None:
+    """The live progress bar until the job ends; exit 1 unless it succeeded."""
+    from cli.follow import follow as follow_job
+
+    final = _run(lambda: follow_job(client, job_id, console))
+    _print_outcome(final)
+    if final["status"] != "succeeded":
+        raise typer.Exit(1)
 
 
 def _print_outcome(job: dict[str, Any]) -> None:
-    colour = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}.get(job["status"], "white")
-    console.print(f"job {job['id']}: [{colour}]{job['status']}[/] at step {job['step']}"
-                  + (f", loss {job['latest_loss']:.4f}" if job.get("latest_loss") is not None else ""))  # fmt: skip
+    loss = f", loss {views.number(job['latest_loss'])}" if job.get("latest_loss") is not None else ""
+    console.print(Text.assemble(f"job {job['id']}: ", views.status_text(job["status"]),
+                                f" at step {views.steps(job)}{loss}"))  # fmt: skip
     if job.get("error"):
-        console.print(f"[red]{job['error']}[/]")
+        console.print(views.text(job["error"], "red"), soft_wrap=True)
 
 
 @app.command()
@@ -221,34 +244,18 @@ def jobs(
 ) -> None:
     """List jobs, newest first."""
     page = _run(lambda: _api(url, token).get("/jobs", status=status, name=name, limit=limit))
-    table = Table("id", "name", "status", "strategy", "step", "loss", "attempt", "created")
-    for j in page["items"]:
-        step = f"{j['step']}/{j['total_steps']}" if j.get("total_steps") else str(j["step"])
-        loss = f"{j['latest_loss']:.4f}" if j.get("latest_loss") is not None else ""
-        table.add_row(
-            str(j["id"]), j["name"], j["status"], j["strategy"], step, loss, str(j["attempt"]), j["created_at"][:19]
-        )
-    console.print(table)
-    console.print(f"{len(page['items'])} of {page['total']}")
+    console.print(views.jobs_table(page["items"]))
+    console.print(Text(f"{len(page['items'])} of {page['total']} (times in {views.local_zone()})"))
 
 
 @app.command()
 def show(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """A job's details and timeline."""
     job = _run(lambda: _api(url, token).get(f"/jobs/{job_id}"))
-    table = Table(show_header=False)
-    for key in ("id", "name", "status", "strategy", "global_batch_size", "attempt", "worker_host", "step",
-                "total_steps", "epoch", "samples", "samples_per_s", "eta_s", "latest_loss", "created_at", "started_at",
-                "finished_at", "failed_rank", "exit_code"):  # fmt: skip
-        if job.get(key) is not None:
-            table.add_row(key, str(job[key]))
-    console.print(table)
+    console.print(views.show_table(job))
     if job.get("error"):
-        console.print(f"[red]{job['error']}[/]")
-    timeline = Table("at", "status", "attempt", "detail", title="timeline")
-    for t in job.get("transitions", []):
-        timeline.add_row(t["at"][:23], t["status"], str(t["attempt"]), t.get("detail") or "")
-    console.print(timeline)
+        console.print(views.text(job["error"], "red"), soft_wrap=True)
+    console.print(views.timeline_table(job.get("transitions", [])))
 
 
 @app.command()
@@ -266,17 +273,21 @@ def logs(  # noqa: PLR0913 (one parameter per command-line option)
     """A rank's stdout/stderr."""
     client = _api(url, token)
     chunk = _run(lambda: client.get(f"/jobs/{job_id}/logs", rank=rank, stream=stream, tail=tail))
-    console.out(chunk["text"], end="", highlight=False)
+    console.out(chunk["text"], end="", highlight=False)  # out(): no markup, no wrapping
+    printed = bool(chunk["text"])
     offset = chunk["next_offset"]
     while follow:
         chunk = _run(lambda o=offset: client.get(f"/jobs/{job_id}/logs", rank=rank, stream=stream, offset=o))
         if chunk["text"]:
             console.out(chunk["text"], end="", highlight=False)
+            printed = True
         offset = chunk["next_offset"]
         if not chunk["text"]:
-            if _run(lambda: client.get(f"/jobs/{job_id}"))["status"] in ("succeeded", "failed", "cancelled"):
+            if _run(lambda: client.get(f"/jobs/{job_id}"))["status"] in views.TERMINAL:
                 break
             time.sleep(1.0)
+    if not printed:  # on stderr: a redirected log stays the log
+        err.print(f"(empty) rank {rank} {stream} of job {job_id}", style="dim", highlight=False)
 
 
 @app.command()
@@ -290,12 +301,17 @@ def cancel(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
 def checkpoints(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """A job's checkpoints."""
     rows = _run(lambda: _api(url, token).get(f"/jobs/{job_id}/checkpoints"))
-    table = Table("id", "step", "epoch", "bytes", "sha256", "path")
-    for c in rows:
-        table.add_row(
-            str(c["id"]), str(c["step"]), str(c.get("epoch")), str(c["bytes"]), c["sha256"][:16] + "…", c["path"]
-        )
-    console.print(table)
+    if not rows:
+        err.print(f"(empty) job {job_id} has no checkpoints yet", style="dim", highlight=False)
+        return
+    console.print(views.checkpoints_table(rows, _run_dir_name(job_id)))
+
+
+def _run_dir_name(job_id: int) -> str:
+    """The job's run dir relative to the runs dir (`job_<id>`): checkpoint paths under it are what resume_from takes."""
+    from trainer.run_dir import job_run_dir
+
+    return job_run_dir(Path(), job_id).as_posix()
 
 
 @app.command()
@@ -337,7 +353,79 @@ def download(
             f"expected {ckpt['sha256']}; try again"
         )
     tmp.replace(target)
-    console.print(f"{target}  step {ckpt['step']}  {ckpt['bytes']} bytes  sha256 {ckpt['sha256']} ✓")
+    console.print(
+        Text(f"{target}  step {ckpt['step']:,}  {ckpt['bytes']:,} bytes  sha256 {ckpt['sha256']} ✓"), soft_wrap=True
+    )
+
+
+@app.command()
+def follow(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Attach to a job: the live progress bar (step, loss, ETA) until it ends; exit 1 unless it succeeded."""
+    client = _api(url, token)
+    job = _run(lambda: client.get(f"/jobs/{job_id}"))
+    if job["status"] in views.TERMINAL:
+        _print_outcome(job)
+        if job["status"] != "succeeded":
+            raise typer.Exit(1)
+        return
+    _follow_to_end(client, job_id)
+
+
+@app.command()
+def metrics(
+    job_id: int,
+    name: Annotated[str | None, typer.Argument(help="One series (e.g. train/loss); default: every series.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Latest, min and max (with their steps) of each metric series of a job."""
+    body = _run(lambda: _api(url, token).get(f"/jobs/{job_id}/metrics", name=name, max_points=2000))
+    summaries = [views.series_summary(s) for s in body["series"]]
+    if as_json:
+        console.out(json.dumps(summaries, indent=2), highlight=False)
+    elif not any(s["points"] for s in summaries):
+        err.print(f"(empty) job {job_id} has no metric {name!r}" if name else f"(empty) job {job_id} has no metrics",
+                  style="dim", highlight=False)  # fmt: skip
+    else:
+        console.print(views.metrics_table(summaries))
+
+
+@app.command()
+def resume(
+    job_id: int,
+    step: Annotated[int | None, typer.Option(help="Checkpoint step to resume from (default: the latest).")] = None,
+    max_steps: Annotated[
+        int | None,
+        typer.Option(help="Train to this step (default: the original end, or as long again past a finished run)."),
+    ] = None,
+    follow_job: Annotated[
+        bool, typer.Option("--follow", "-f", help="Show the live progress bar until it ends.")
+    ] = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Submit a new job that resumes JOB from a checkpoint (same spec, resume_from set, max_steps beyond it)."""
+    from core.resume import resume_spec
+
+    client = _api(url, token)
+    job = _run(lambda: client.get(f"/jobs/{job_id}"))
+    rows = [c for c in _run(lambda: client.get(f"/jobs/{job_id}/checkpoints")) if step is None or c["step"] == step]
+    if not rows:
+        _fail(f"job {job_id} has no checkpoint{f' at step {step}' if step is not None else ''}: "
+              f"see `rankzero checkpoints {job_id}`")  # fmt: skip
+    ckpt = max(rows, key=lambda c: c["step"])
+    spec, how = resume_spec(
+        {**job["spec"], "name": job["name"]},
+        total_steps=job.get("total_steps"),
+        checkpoint_step=ckpt["step"],
+        resume_from=f"{_run_dir_name(job_id)}/{ckpt['path']}",
+        max_steps=max_steps,
+    )
+    new = _run(lambda: client.post("/jobs", json=spec))
+    _print_queued(new, f"\n  from job {job_id}'s checkpoint at step {ckpt['step']:,}: {how}")
+    if follow_job:
+        _follow_to_end(client, new["id"])
 
 
 @app.command()

@@ -1,0 +1,179 @@
+"""How the CLI shows what a job says: everything from the server is text, never rich markup
+(`Text(...)`: `BUILDERS[spec.name]` and `[bold]` print as they are), numbers with separators,
+times in the local time zone (named), tables that fit 80 columns."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+STATUS_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}
+
+
+def text(value: Any, style: str = "") -> Text:
+    """A cell or line that prints verbatim."""
+    return Text("" if value is None else str(value), style=style)
+
+
+def local_time(iso: str | None, *, short: bool = False) -> str:
+    """An API timestamp in this machine's time zone, the zone named: '2026-11-22 05:16:01 CET'."""
+    if not iso:
+        return ""
+    try:
+        at = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:
+        return iso
+    if at.tzinfo is None:  # the API's times are UTC
+        at = at.replace(tzinfo=UTC)
+    at = at.astimezone()
+    return at.strftime("%m-%d %H:%M") if short else at.strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+    return f"{s // 60}:{s % 60:02d}"
+
+
+def number(value: Any) -> str:
+    """1234567 → '1,234,567'; 0.000123456 → '0.0001235'; 1234.5 → '1,234.5'."""
+    if value is None:
+        return ""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if value != value or value in (float("inf"), float("-inf")):
+        return str(value)
+    if value == 0 or 1e-3 <= abs(value) < 1e6:
+        return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.1f}"
+    return f"{value:.4g}"
+
+
+def steps(job: dict[str, Any]) -> str:
+    done = job.get("step") or 0
+    return f"{done:,}/{job['total_steps']:,}" if job.get("total_steps") else f"{done:,}"
+
+
+def status_text(status: str) -> Text:
+    return text(status, STATUS_STYLE.get(status, ""))
+
+
+def jobs_table(items: list[dict[str, Any]]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
+    table.add_column("id", justify="right", no_wrap=True)
+    table.add_column("name", overflow="ellipsis", no_wrap=True, max_width=24, ratio=1)
+    table.add_column("status", no_wrap=True)
+    table.add_column("strategy", overflow="ellipsis", no_wrap=True, max_width=12)
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("loss", justify="right", no_wrap=True)
+    table.add_column("created", no_wrap=True)
+    for j in items:
+        table.add_row(
+            text(j["id"]), text(j["name"]), status_text(j["status"]), text(j.get("strategy")), text(steps(j)),
+            text(number(j.get("latest_loss"))), text(local_time(j.get("created_at"), short=True)),
+        )  # fmt: skip
+    return table
+
+
+SHOW_FIELDS: tuple[tuple[str, str], ...] = (
+    ("id", "id"), ("name", "name"), ("status", "status"), ("strategy", "strategy"),
+    ("global_batch_size", "global batch"), ("attempt", "attempt"), ("worker_host", "worker"),
+    ("epoch", "epoch"), ("samples", "samples"), ("latest_loss", "latest loss"),
+    ("failed_rank", "failed rank"), ("exit_code", "exit code"),
+)  # fmt: skip
+
+
+def show_table(job: dict[str, Any]) -> Table:
+    table = Table(show_header=False, box=box.SIMPLE, pad_edge=False)
+    table.add_column(style="dim", no_wrap=True)
+    table.add_column(overflow="fold")
+    rows: list[tuple[str, str]] = [(label, number(job[key])) for key, label in SHOW_FIELDS if job.get(key) is not None]
+    rows.insert(4, ("step", steps(job)))
+    if job.get("samples_per_s") is not None:
+        rows.append(("samples/s", number(job["samples_per_s"])))
+    if job.get("status") == "running" and job.get("eta_s") is not None:
+        rows.append(("ETA", duration(job["eta_s"])))
+    for key in ("created_at", "started_at", "finished_at"):
+        if job.get(key):
+            rows.append((key.removesuffix("_at"), local_time(job[key])))
+    for label, value in rows:
+        table.add_row(text(label), status_text(value) if label == "status" else text(value))
+    return table
+
+
+def timeline_table(transitions: list[dict[str, Any]]) -> Table:
+    table = Table(title="timeline", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("at", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("try", justify="right", no_wrap=True)
+    table.add_column("detail", overflow="fold")
+    for t in transitions:
+        table.add_row(text(local_time(t.get("at"))), status_text(t["status"]), text(t.get("attempt")),
+                      text(_last_line(t.get("detail"))))  # fmt: skip
+    return table
+
+
+def _last_line(detail: str | None) -> str:
+    """A traceback's cause (its last line): the whole error is printed above the timeline."""
+    lines = [line for line in (detail or "").splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+def series_summary(series: dict[str, Any]) -> dict[str, Any]:
+    """latest / min / max (with their steps) of one series from GET /jobs/{id}/metrics.
+
+    The server's downsampling keeps each bucket's min and max points, so min and max are exact."""
+    points = series.get("points") or []
+    out: dict[str, Any] = {"name": series["name"], "points": series.get("total_points", len(points))}
+    if not points:
+        return out | {"step": None, "latest": None, "min": None, "min_step": None, "max": None, "max_step": None}
+    last = max(points, key=lambda p: p["step"])
+    low = min(points, key=lambda p: p["value"])
+    high = max(points, key=lambda p: p["value"])
+    return out | {
+        "step": last["step"], "latest": last["value"], "min": low["value"], "min_step": low["step"],
+        "max": high["value"], "max_step": high["step"],
+    }  # fmt: skip
+
+
+def metrics_table(summaries: list[dict[str, Any]]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("series", overflow="fold")
+    for name in ("points", "step", "latest", "min", "@step", "max", "@step"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for s in summaries:
+        table.add_row(
+            text(s["name"]), text(number(s["points"])), text(number(s["step"])), text(number(s["latest"])),
+            text(number(s["min"])), text(number(s["min_step"])), text(number(s["max"])), text(number(s["max_step"])),
+        )  # fmt: skip
+    return table
+
+
+def checkpoints_table(rows: list[dict[str, Any]], run_dir: str) -> Table:
+    """`path` relative to the runs dir: what `resume_from` takes as it is."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("id", justify="right", no_wrap=True)
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("epoch", justify="right", no_wrap=True)
+    table.add_column("bytes", justify="right", no_wrap=True)
+    table.add_column("sha256", no_wrap=True)
+    table.add_column("path (resume_from)", no_wrap=True)  # whole, so it copies as it is
+    for c in rows:
+        table.add_row(
+            text(c["id"]), text(number(c["step"])), text(number(c.get("epoch"))), text(number(c["bytes"])),
+            text(c["sha256"][:8] + "…"), text(f"{run_dir}/{c['path']}"),
+        )  # fmt: skip
+    return table
+
+
+def local_zone() -> str:
+    return datetime.now().astimezone().strftime("%Z") or "local time"

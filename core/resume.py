@@ -1,0 +1,55 @@
+"""The spec of a job that resumes another job's checkpoint (dashboard "Resume from here", `rankzero resume`).
+
+`max_steps` counts steps from the start of training, so a copy of a finished job's spec would stop
+at once: a resume of a job that reached its end trains as long again past the checkpoint (or
+`max_steps` as given); a resume of a job that stopped early goes on to the original end.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+from typing import Any
+
+from trainer.run_dir import CHECKPOINT_NAME
+
+
+def derived_name(name: str, suffix: str) -> str:
+    return f"{name[: 99 - len(suffix)]}-{suffix}"
+
+
+def _start_step(spec: dict[str, Any]) -> int:
+    """The step the job itself started from: its own resume_from checkpoint's, else 0."""
+    found = CHECKPOINT_NAME.match(PurePath(str(spec.get("resume_from") or "")).name)
+    return int(found.group(1)) if found else 0
+
+
+def resume_spec(
+    spec: dict[str, Any],
+    *,
+    total_steps: int | None,
+    checkpoint_step: int,
+    resume_from: str,
+    max_steps: int | None = None,
+) -> tuple[dict[str, Any], str]:
+    """(the new spec, a sentence saying how long it trains). `total_steps`: the job's own end, when known."""
+    new = dict(spec)
+    new["resume_from"] = resume_from
+    new["name"] = derived_name(str(spec.get("name") or "job"), "resume")
+    end = spec.get("max_steps") or total_steps
+    if max_steps is not None:
+        new["max_steps"] = max_steps
+        new["epochs"] = None
+        note = f"trains to step {max_steps:,}"
+    elif end is None:
+        return new, "trains for the spec's epochs (its length in steps is unknown: set max_steps to choose)"
+    elif checkpoint_step < end:
+        new["max_steps"] = end
+        note = f"goes on to the original end, step {end:,}"
+    else:
+        length = max(1, end - _start_step(spec))
+        new["max_steps"] = checkpoint_step + length
+        new["epochs"] = None  # max_steps decides: the epochs it already trained would end it at once
+        note = f"trains {length:,} more steps, to step {checkpoint_step + length:,} (as long as the original run)"
+    if new["max_steps"] <= checkpoint_step:
+        note += f"; warning: that is not beyond the checkpoint's step {checkpoint_step:,}, so it would train 0 steps"
+    return new, note
