@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from rankzero import env as job_env_names
+
 SECRETS = {
     "RANKZERO_API_TOKEN": "secret-token-" + "s" * 40,
     "RANKZERO_DATABASE_URL": "postgresql://rankzero:db-password@127.0.0.1:5432/rankzero",
@@ -95,6 +97,7 @@ ALLOWED_RANKZERO = {
     "RANKZERO_TRAINER_PROTECTED_DIRS",
     "RANKZERO_RUNS_DIR",
     "RANKZERO_TEST_RUN",
+    *job_env_names.NAMES,  # what a rank is told about its job (run dir, id, attempt, datasets, TensorBoard)
 }
 
 
