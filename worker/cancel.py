@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from worker.procs import pids_of_run, pids_with_mark, signal_all
@@ -45,16 +46,21 @@ def wait_gone(proc: subprocess.Popen[bytes], mark: str, timeout_s: float = 10.0)
     return proc.returncode
 
 
-def stop_earlier_attempts(run_root: Path, grace_s: float) -> list[int]:
+def stop_earlier_attempts(run_root: Path, grace_s: float, keep_alive: Callable[[], object] | None = None) -> list[int]:
     """Before an attempt launches: stop every process any earlier attempt of this job left running
     (a supervisor that died or froze; its torchrun is not our child). SIGTERM first, so the ranks
-    checkpoint on their way out, SIGKILL after `grace_s`; returns the pids found. Never two attempts at once."""
+    checkpoint on their way out, SIGKILL after `grace_s`; returns the pids found. Never two attempts at once.
+    `keep_alive` is called about once a second meanwhile (the new attempt's heartbeat)."""
     found = pids_of_run(run_root)
     if not found:
         return []
     signal_all(found, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
+    beat = 0.0
     while (left := pids_of_run(run_root)) and time.monotonic() < deadline:
+        if keep_alive is not None and time.monotonic() - beat >= 1.0:
+            keep_alive()
+            beat = time.monotonic()
         time.sleep(0.2)
     deadline = time.monotonic() + 10.0
     while left and time.monotonic() < deadline:

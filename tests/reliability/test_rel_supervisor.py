@@ -63,14 +63,15 @@ def test_killed_worker_process_takes_its_ranks_and_the_job_resumes_from_disk(ser
 def test_frozen_supervisor_that_was_replaced_writes_nothing(service, workers) -> None:
     settings, client = service()
     first = workers.start(settings, extra_env=STALE, name="first@%h")
-    job = client.submit(slow_spec("supervisor-frozen", max_steps=60, max_restarts=1))
+    # Long enough that attempt 1 is still training when attempt 2 takes over (about 20 s later).
+    job = client.submit(slow_spec("supervisor-frozen", max_steps=300, every=50, max_restarts=1))
     job_id = job["id"]
     client.wait(job_id, lambda j: j["step"] >= 12, 120, "step 12")
     attempt1 = [p.pid for p in job_processes(workers.marker, job_id, attempt=1)]
     os.kill(first.pid, signal.SIGSTOP)  # frozen, not dead: its ranks train on
     try:
         workers.start(settings, extra_env=STALE, name="second@%h")
-        client.wait(job_id, lambda j: j["attempt"] == 2 and j["status"] == "running", 120, "attempt 2 running")
+        client.wait(job_id, lambda j: j["attempt"] == 2 and j["status"] != "starting", 120, "attempt 2 launched")
         left = [p for p in attempt1 if alive(p)]
         assert not left, f"attempt 1's processes {left} still run beside attempt 2"
     finally:
@@ -78,7 +79,7 @@ def test_frozen_supervisor_that_was_replaced_writes_nothing(service, workers) ->
     wait(lambda: "replaced by a later attempt" in workers.log(0), 60, "the woken supervisor to find itself fenced out")
 
     done = client.wait_terminal(job_id, 150)
-    assert done["status"] == "succeeded" and done["attempt"] == 2 and done["step"] == 60, done
+    assert done["status"] == "succeeded" and done["attempt"] == 2 and done["step"] == 300, done
     moves = [t["status"] for t in client.job(job_id)["transitions"]]
     second_claim = len(moves) - 1 - moves[::-1].index("starting")
     assert moves[second_claim:] == ["starting", "running", "succeeded"], moves
@@ -86,7 +87,7 @@ def test_frozen_supervisor_that_was_replaced_writes_nothing(service, workers) ->
     last_start = max(i for i, e in enumerate(evs) if e["type"] == "started")
     assert any(e["type"] == "finished" for e in evs[last_start:]), "attempt 2 ran to its end"
     _assert_attempts_never_overlap(evs)
-    assert points(client, job_id) == list(range(1, 61))
+    assert points(client, job_id) == list(range(1, 301))
     assert not job_processes(workers.marker, job_id)
 
 
