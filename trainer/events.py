@@ -1,15 +1,20 @@
 """events.jsonl: rank 0's append-only event log (contract in docs/ARCHITECTURE.md).
 
-The training loop only builds a dict and puts it on a queue; a background thread does the JSON
-encoding, the write and the per-line flush, so a slow disk never stalls an optimizer step.
+The one event writer: the built-in trainer and the SDK (`rankzero.log`, `progress`, `save_checkpoint`)
+both write through `EventLog`. The training loop only builds a dict and puts it on a queue; a
+background thread does the JSON encoding, the write and the per-line flush, so a slow disk never
+stalls an optimizer step. `emit_later` goes one further for values still being computed (a metric
+on a GPU, an all-reduce in flight): the writer thread produces the fields, so the caller never waits.
 """
 
 from __future__ import annotations
 
 import json
 import queue
+import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +38,41 @@ def last_seq(path: Path) -> int:
     return best
 
 
-class EventLog:
-    """Writes events with a strictly increasing `seq` and a unix `time`; `enabled=False` (ranks ≠ 0) drops them."""
+class _Later:
+    """`count` events whose fields are computed on the writer thread (`EventLog.emit_later`)."""
 
-    def __init__(self, path: Path, enabled: bool = True) -> None:
+    def __init__(self, first: int, count: int, head: dict[str, Any], fields: Callable[[], list[dict[str, Any]]]):
+        self.first, self.count, self.head, self.fields = first, count, head, fields
+
+    def events(self, log: EventLog) -> list[dict[str, Any]]:
+        try:
+            produced = self.fields()
+            if len(produced) != self.count:
+                raise ValueError(f"expected {self.count} events, got {len(produced)}")
+        except Exception as exc:  # the writer thread must outlive any one bad value
+            log._error = exc
+            print(f"events: {self.count} events not written: {exc!r}", file=sys.stderr)
+            return []
+        return [{"seq": self.first + i, **self.head, **f} for i, f in enumerate(produced)]
+
+
+class EventLog:
+    """Writes events with a strictly increasing `seq` and a unix `time`; `enabled=False` (ranks ≠ 0) drops them.
+
+    `linger_s` > 0: after waking for an event the writer waits that long and writes everything queued
+    by then, so an event logged every step costs one writer wake-up per `linger_s`, not one per event
+    (each wake-up takes the GIL from the training loop). 0 (the trainer's): each event as it comes.
+    """
+
+    def __init__(self, path: Path, enabled: bool = True, linger_s: float = 0.0) -> None:
         self.path = path
         self.enabled = enabled
+        self.linger_s = linger_s
         self._seq = 0
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._closing = threading.Event()  # ends a linger at once
         if enabled:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._seq = last_seq(path)
@@ -57,22 +87,45 @@ class EventLog:
         self._seq += 1
         self._queue.put({"seq": self._seq, "time": time.time(), "type": EventType(type_).value, **fields})
 
+    def emit_later(self, type_: EventType, count: int, fields: Callable[[], list[dict[str, Any]]]) -> None:
+        """Queue `count` events of one type whose fields the writer thread computes: `fields()` runs
+        there and returns one dict per event. `seq` and `time` are taken now, as by `emit`; if
+        `fields()` raises or returns another count, those events are dropped (their seqs stay unused)."""
+        if not self.enabled or count <= 0:
+            return
+        first, self._seq = self._seq + 1, self._seq + count
+        head = {"time": time.time(), "type": EventType(type_).value}
+        self._queue.put(_Later(first, count, head, fields))
+
     def _drain(self) -> None:
         while True:
-            event = self._queue.get()
-            if event is _STOP:
-                return
-            try:
-                self._file.write(json.dumps(event, allow_nan=False, default=str) + "\n")
-                self._file.flush()
-            except (OSError, ValueError) as exc:  # keep draining: one bad value must not lose later events
-                self._error = exc
+            batch = [self._queue.get()]
+            if self.linger_s > 0 and batch[0] is not _STOP:
+                self._closing.wait(self.linger_s)
+                while not self._queue.empty():
+                    batch.append(self._queue.get())
+            for event in batch:
+                if event is _STOP:
+                    return
+                if isinstance(event, _Later):
+                    for one in event.events(self):
+                        self._write(one)
+                else:
+                    self._write(event)
+
+    def _write(self, event: dict[str, Any]) -> None:
+        try:
+            self._file.write(json.dumps(event, allow_nan=False, default=str) + "\n")
+            self._file.flush()
+        except (OSError, ValueError) as exc:  # keep draining: one bad value must not lose later events
+            self._error = exc
 
     def close(self) -> None:
         """Write everything queued, then close. Safe to call twice."""
         if self._thread is None:
             return
         self._queue.put(_STOP)
+        self._closing.set()
         self._thread.join(timeout=30)
         self._thread = None
         self._file.close()

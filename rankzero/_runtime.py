@@ -1,0 +1,96 @@
+"""The process's view of the job: its rank, the job environment, and (rank 0 only) the event log.
+
+One `EventLog` per process, opened on first use and closed at exit (everything queued is written).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+
+import torch.distributed as dist
+
+from rankzero import env
+from trainer.events import EventLog
+from trainer.run_dir import RunDir
+
+# The writer wakes at most this often (events reach the file within about this long): a wake-up per
+# event, with an event every step, takes the GIL from the training loop often enough to show.
+WRITER_LINGER_S = 0.25
+
+_lock = threading.Lock()
+_job: env.JobEnv | None = None
+_events: EventLog | None = None
+_noticed_local = False
+
+
+def initialized() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank() -> int:
+    """This process's global rank: the process group's, else torchrun's RANK, else 0."""
+    return dist.get_rank() if initialized() else int(os.environ.get("RANK", "0"))
+
+
+def world_size() -> int:
+    """The number of ranks that take part in collectives: 1 until the process group exists."""
+    return dist.get_world_size() if initialized() else 1
+
+
+def job() -> env.JobEnv:
+    """The job environment, read once."""
+    global _job
+    if _job is None:
+        _job = env.read()
+    return _job
+
+
+def events() -> EventLog | None:
+    """Rank 0's event log in the service; None on other ranks and in local mode."""
+    global _events
+    if _events is not None:
+        return _events
+    current = job()
+    if current.local:
+        notice_local()
+        return None
+    if rank() != 0:
+        return None
+    with _lock:
+        if _events is None:
+            _events = EventLog(RunDir(current.run_dir).events, enabled=True, linger_s=WRITER_LINGER_S)
+            atexit.register(close)
+    return _events
+
+
+def notice_local() -> None:
+    """Say once, on rank 0, that nothing is recorded outside the service."""
+    global _noticed_local
+    if _noticed_local:
+        return
+    _noticed_local = True
+    if rank() == 0:
+        print(
+            f"rankzero: {env.RUN_DIR} is not set (running outside the service): log, progress and "
+            "save_checkpoint record nothing, load_checkpoint returns None",
+            file=sys.stderr,
+        )
+
+
+def close() -> None:
+    """Write every queued event and close the log (at exit; safe to call twice)."""
+    global _events
+    with _lock:
+        log, _events = _events, None
+    if log is not None:
+        log.close()
+
+
+def reset() -> None:
+    """Forget the job environment and close the log (tests that change the environment in-process)."""
+    global _job, _noticed_local
+    close()
+    _job, _noticed_local = None, False
