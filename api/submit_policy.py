@@ -74,6 +74,22 @@ def check_code(spec: JobSpec, settings: Settings) -> None:
         )
 
 
+def check_entrypoint(spec: JobSpec, settings: Settings) -> None:
+    """A script job's script must be a file of its bundle (a `-m module` is looked up when it runs)."""
+    entry = spec.parsed_entrypoint()
+    if entry is None or entry.script is None or spec.code is None:
+        return
+    found = bundles.manifest(settings, spec.code)
+    files = {path for path, _ in found.paths} if found is not None else set()
+    if entry.script not in files:
+        scripts = sorted(p for p in files if p.endswith(".py"))[:5]
+        raise SpecRefused(
+            ("body", "entrypoint"),
+            f"entrypoint script {entry.script!r} is not a file of code {spec.code}: give its path relative to the "
+            f"folder you uploaded (its Python files include: {', '.join(scripts) or 'none'})",
+        )
+
+
 def bundle_modules(spec: JobSpec, settings: Settings) -> list[str]:
     """Top-level modules of the job's own bundle: user code from them needs no RANKZERO_ALLOWED_CODE entry."""
     found = bundles.manifest(settings, spec.code) if spec.code else None
@@ -335,6 +351,7 @@ def apply(spec: JobSpec, settings: Settings) -> JobSpec:
     check_plain_text(spec)
     check_single_node(spec)
     check_code(spec, settings)
+    check_entrypoint(spec, settings)
     check_user_code(spec, settings)
     spec = check_resume_from(spec, settings)
     check_resume_fits(spec, settings)

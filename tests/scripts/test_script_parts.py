@@ -302,3 +302,26 @@ def test_tensorboard_points_are_written_once_and_folded_beside_events_jsonl(sqli
         latest = s.get(Job, job_id).latest_loss
     assert counts == {"sdk/acc": 5, "train/loss": 8}  # every point folded once, from either source
     assert latest == 1 / 8
+
+
+def test_a_script_missing_from_the_bundle_is_refused_at_submit(api_settings, auth_headers, tmp_path: Path) -> None:
+    from api.app import create_app
+    from core import bundles
+
+    settings = api_settings()
+    folder = tmp_path / "project"
+    (folder / "src").mkdir(parents=True)
+    (folder / "src" / "train.py").write_text("print('hi')\n")
+    packed = bundles.pack(folder, tmp_path / "b.tar.gz")
+    tmp = bundles.incoming(settings)
+    tmp.write_bytes(packed.archive.read_bytes())
+    bundles.store(settings, tmp, packed.sha256)
+    with TestClient(create_app(settings), headers=auth_headers) as api:
+        code = bundles.ref(packed.sha256)
+        r = api.post("/api/jobs", json={"entrypoint": "train.py", "code": code, "device": "cpu"})
+        assert r.status_code == 422, r.text
+        detail = r.json()["detail"][0]
+        assert detail["loc"] == ["body", "entrypoint"] and "src/train.py" in detail["msg"]
+        r = api.post("/api/jobs", json={"entrypoint": "src/train.py --x 1", "code": code, "device": "cpu"})
+        assert r.status_code == 201, r.text
+        assert r.json()["spec"]["entrypoint"] == "src/train.py --x 1" and "model" not in r.json()["spec"]
