@@ -26,9 +26,10 @@ from sqlmodel import Session
 from api.auth import CSRF_HEADER, app_settings, end_session, issue_session, session_csrf, token_matches
 from core.db import get_engine
 from core.paths import UnsafePath, run_dir_of
+from core.resume import derived_name, resume_spec
 from core.settings import Settings
 from core.tables import Checkpoint, Job
-from trainer.spec import BUILTIN_DATA, BUILTIN_LOSSES, BUILTIN_MODELS
+from trainer.spec import BUILTIN_DATA, BUILTIN_LOSSES, BUILTIN_MODELS, JobSpec
 
 WEB_DIR = Path(__file__).resolve().parents[2] / "web"
 templates = Jinja2Templates(directory=str(WEB_DIR / "templates"))
@@ -212,8 +213,18 @@ def compare_page(request: Request, settings: SettingsDep) -> Response:
     return _page(request, "compare.html", csrf, nav="compare")
 
 
-def _prefill(settings: Settings, clone: int | None, resume: int | None) -> tuple[dict[str, Any] | None, str | None]:
-    """The spec a new job starts from: a copy of another job's, or one resuming from a checkpoint."""
+def _global_batch(spec: dict[str, Any]) -> int | None:
+    try:
+        return JobSpec.model_validate(spec).global_batch_size
+    except ValueError:
+        return None
+
+
+def _prefill(
+    settings: Settings, clone: int | None, resume: int | None, resume_info: dict[str, Any]
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The spec a new job starts from: a copy of another job's, or one resuming from a checkpoint
+    (`resume_info` gets the checkpoint's step and global batch, for the form's warnings)."""
     if clone is None and resume is None:
         return None, None
     with Session(get_engine(settings.resolved_database_url)) as db:
@@ -228,11 +239,15 @@ def _prefill(settings: Settings, clone: int | None, resume: int | None) -> tuple
                 raise HTTPException(
                     status.HTTP_404_NOT_FOUND, f"checkpoint {resume} is outside the runs dir: {exc}"
                 ) from None
-            spec = dict(job.spec)
             # The trainer takes an absolute path; the service allows only paths inside its runs dir.
-            spec["resume_from"] = str(run_dir / checkpoint.path)
-            spec["name"] = _derived_name(job.name, "resume")
-            return spec, f"Resuming job {job.name} (#{job.id}) from its checkpoint at step {checkpoint.step}."
+            spec, how = resume_spec(
+                {**job.spec, "name": job.name},
+                total_steps=job.total_steps,
+                checkpoint_step=checkpoint.step,
+                resume_from=str(run_dir / checkpoint.path),
+            )
+            resume_info.update(step=checkpoint.step, global_batch=_global_batch(job.spec))
+            return spec, f"Resuming job {job.name} (#{job.id}) from its checkpoint at step {checkpoint.step}: {how}."
         job = db.get(Job, clone)
         if job is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {clone} not found")
@@ -247,7 +262,7 @@ def _script_json(value: Any) -> str:
 
 
 def _derived_name(name: str, suffix: str) -> str:
-    return f"{name[: 99 - len(suffix)]}-{suffix}"
+    return derived_name(name, suffix)
 
 
 @router.get("/new", response_class=HTMLResponse)
@@ -260,7 +275,8 @@ def new_job_page(
     csrf = session_csrf(request, settings)
     if csrf is None:
         return _to_login(request)
-    spec, note = _prefill(settings, clone, resume)
+    resume_info: dict[str, Any] = {}
+    spec, note = _prefill(settings, clone, resume, resume_info)
     builtins = {"models": BUILTIN_MODELS, "data": BUILTIN_DATA, "losses": BUILTIN_LOSSES}
     return _page(
         request,
@@ -270,6 +286,7 @@ def new_job_page(
         prefill_json=_script_json(spec),
         prefill_note=note,
         builtins_json=_script_json(builtins),
+        resume_json=_script_json(resume_info or None),
     )
 
 

@@ -77,6 +77,25 @@ function updateGlobalBatch() {
   const total = parts.reduce((a, b) => a * b, 1);
   setText($("#global-batch"), Number.isFinite(total) ? total.toLocaleString("en-US") : "–");
   setText($("#global-batch-formula"), `= ${parts.map((p) => (Number.isFinite(p) ? p : "?")).join(" × ")} (batch × accumulation × nproc × nnodes)`);
+  updateResumeWarning(spec, total);
+}
+
+/** A resume that would train 0 steps, or change the global batch, is said before submitting (the server refuses both). */
+function updateResumeWarning(spec, globalBatch) {
+  const info = readJson("#resume-info");
+  const box = $("#resume-warning");
+  const problems = [];
+  if (info && spec.resume_from) {
+    const maxSteps = Number(spec.max_steps);
+    if (spec.max_steps != null && Number.isFinite(maxSteps) && maxSteps <= info.step) {
+      problems.push(`max_steps ${maxSteps.toLocaleString("en-US")} is not beyond the checkpoint's step ${info.step.toLocaleString("en-US")}: this resume would train 0 steps.`);
+    }
+    if (info.global_batch && Number.isFinite(globalBatch) && globalBatch !== info.global_batch) {
+      problems.push(`The checkpoint was trained with global batch ${info.global_batch.toLocaleString("en-US")}; resuming needs the same.`);
+    }
+  }
+  setText(box, problems.join(" "));
+  box.hidden = problems.length === 0;
 }
 
 async function switchMode(next) {
