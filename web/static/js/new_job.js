@@ -187,6 +187,21 @@ function applyPreset(key) {
   updateGlobalBatch();
 }
 
+/** The spec's rule, as you type: checkpoint.every_steps alone saves by steps only, so an every_epochs still at
+ * its default (1, untouched) empties when every_steps gets a value, and comes back when it is cleared. */
+function followStepsOnlyRule() {
+  const steps = $(`#${fieldId("checkpoint.every_steps")}`);
+  const epochs = $(`#${fieldId("checkpoint.every_epochs")}`);
+  if (!steps || !epochs) return;
+  let touched = false;
+  epochs.addEventListener("input", () => { touched = true; });
+  steps.addEventListener("input", () => {
+    if (touched) return;
+    if (steps.value !== "" && epochs.value === "1") epochs.value = "";
+    else if (steps.value === "" && epochs.value === "") epochs.value = "1";
+  });
+}
+
 async function main() {
   const schema = await api("/schema/job-spec");
   form = new SchemaForm(schema, readJson("#builtins") || { models: [], data: [], losses: [] });
@@ -205,6 +220,7 @@ async function main() {
   else applyPreset("digits-mlp");
   presetSelect.addEventListener("change", () => applyPreset(presetSelect.value));
 
+  followStepsOnlyRule();
   $("#job-form").addEventListener("input", updateGlobalBatch);
   $("#job-form").addEventListener("change", updateGlobalBatch);
   $("#job-form").addEventListener("submit", submit);
