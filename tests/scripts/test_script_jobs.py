@@ -75,3 +75,23 @@ def test_tensorboard_scalars_appear_as_metrics(service, workers, project, upload
     assert [p["step"] for p in loss] == list(range(1, 9))
     assert loss[-1]["value"] < loss[0]["value"]
     assert done["latest_loss"] == loss[-1]["value"]
+
+
+def test_a_failed_script_restarts_as_a_new_attempt_in_the_same_folder(service, workers, project, upload) -> None:
+    settings, client = service()
+    workers.start(settings)
+    code = upload(client, project("flaky"))
+    job = client.submit(script_spec("flaky", code, "train.py", max_restarts=1))
+    done = client.wait_terminal(job["id"], timeout=180)
+    assert done["status"] == "succeeded" and done["attempt"] == 2, done
+    assert "attempt 2 read: written by attempt 1" in _log(client, job["id"], 0, "stdout")
+
+
+def test_a_silent_script_is_stopped_by_the_stall_watchdog(service, workers, project, upload) -> None:
+    settings, client = service(cancel_grace_s=2.0)
+    workers.start(settings)
+    code = upload(client, project("hang"))
+    job = client.submit(script_spec("hang", code, "train.py", stall_timeout_s=10))
+    done = client.wait_terminal(job["id"], timeout=120)  # armed by its first output, not after 600 s
+    assert done["status"] == "failed" and "stall_timeout_s" in done["error"], done
+    assert not job_pids(workers.marker, job["id"])
