@@ -1,0 +1,44 @@
+"""The stall watchdog (issue 12 item 17): a sign of life every step, whatever log_every is (rank 0
+touches <run>/heartbeat), a start-up limit of its own (settings.startup_timeout_s), and messages that
+state the real durations. Real Celery worker, torchrun and the real trainer."""
+
+from __future__ import annotations
+
+from tests.support.jobs import slow_spec, wait
+from tests.support.procs import job_processes
+
+
+def test_slow_but_healthy_job_that_logs_rarely_is_not_a_stall(service, workers) -> None:
+    settings, client = service()
+    workers.start(settings)
+    # 0.5 s a step, an event every 40 steps: 20 s between events, twice stall_timeout_s.
+    spec = slow_spec("slow-healthy", step_s=0.5, max_steps=40, every=1000, log_every=40, stall_timeout_s=10)
+    job = client.submit(spec)
+    done = client.wait_terminal(job["id"], 150)
+    assert done["status"] == "succeeded" and done["attempt"] == 1, done
+
+
+def test_hung_rank_is_stopped_with_the_real_duration(service, workers) -> None:
+    settings, client = service()
+    workers.start(settings)
+    spec = slow_spec("hangs-at-8", max_steps=400, stall_timeout_s=10, max_restarts=0)
+    spec["model"]["args"].update(hang_at_step=8, hang_rank=1)  # rank 1 sleeps forever in step 8
+    job = client.submit(spec)
+    done = client.wait_terminal(job["id"], 120)
+    assert done["status"] == "failed", done
+    error = done["error"]
+    assert "no sign of life for 10 s after step 7 (stall_timeout_s" in error, error
+    wait(lambda: not job_processes(workers.marker, job["id"]), 15, "the hung attempt's processes to be gone")
+
+
+def test_start_up_that_never_ends_is_stopped_after_startup_timeout_s(service, workers) -> None:
+    settings, client = service(startup_timeout_s=8.0)
+    workers.start(settings)
+    spec = slow_spec("hangs-in-build", max_steps=40, stall_timeout_s=10, max_restarts=0)
+    spec["model"]["args"]["hang_in_build"] = True  # every rank sleeps forever before `started`
+    job = client.submit(spec)
+    done = client.wait_terminal(job["id"], 90)
+    assert done["status"] == "failed", done
+    error = done["error"]
+    assert "no sign of start-up within 8 s of launch (startup_timeout_s)" in error, error
+    wait(lambda: not job_processes(workers.marker, job["id"]), 15, "the stuck attempt's processes to be gone")
