@@ -240,3 +240,29 @@ def test_checkpoints_path_is_accepted_as_resume_from_and_resume_trains_past_it(i
     assert r.returncode == 1 and "no checkpoint at step 7" in r.stderr
     for queued in api.get("/jobs", params={"status": "queued"}).json()["items"]:
         api.post(f"/jobs/{queued['id']}/cancel")
+
+
+def test_follow_attaches_to_a_running_job_until_it_ends(instance) -> None:
+    from core.tables import JobStatus
+
+    runs = instance.data_dir / "runs"
+    engine = get_engine(f"sqlite:///{instance.data_dir / 'rankzero.db'}")
+    with Session(engine) as db:
+        job_id = seed_job(db, "follow-me", "running", runs_dir=runs, total_steps=100, step=40).id
+    e = instance.env | {"COLUMNS": "100"}
+    proc = subprocess.Popen([RANKZERO, "follow", str(job_id)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=e, cwd=ROOT)  # fmt: skip
+    try:
+        time.sleep(3)
+        assert proc.poll() is None, proc.communicate()
+        with Session(engine) as db:  # the worker's last writes
+            row = db.get(Job, job_id)
+            row.status, row.step, row.latest_loss = JobStatus.succeeded, 100, 0.125
+            db.add(row)
+            db.commit()
+        out, errs = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out + errs
+    assert f"job {job_id}: succeeded at step 100/100, loss 0.125" in out, out
