@@ -15,6 +15,7 @@ from api.auth import CSRF_COOKIE, CSRF_HEADER, SESSION_COOKIE, _serializer
 from api.server import UnsafeBind, check_bind
 from core.settings import Settings
 from core.tables import Checkpoint, JobStatus
+from trainer.run_dir import job_run_dir
 
 
 def _jobs(client: TestClient) -> int:
@@ -172,7 +173,7 @@ def test_checkpoint_rows_pointing_outside_are_not_served(
     secret = tmp_path / "secret.txt"
     secret.write_text("top secret")
     job = make_job()
-    run = settings.resolved_runs_dir / str(job.id)
+    run = job_run_dir(settings.resolved_runs_dir, job.id)
     (run / "checkpoints").mkdir(parents=True)
     os.symlink(secret, run / "checkpoints" / "step_00000002.pt")
     rows = [
@@ -212,7 +213,7 @@ def test_log_route_refuses_symlinks_out_and_bad_params(
     job = make_job()
     secret = tmp_path / "secret.log"
     secret.write_text("top secret")
-    rank_dir = settings.resolved_runs_dir / str(job.id) / "logs" / "attempt_1" / "r1" / "attempt_0" / "0"
+    rank_dir = job_run_dir(settings.resolved_runs_dir, job.id) / "logs" / "attempt_1" / "r1" / "attempt_0" / "0"
     rank_dir.mkdir(parents=True)
     os.symlink(secret, rank_dir / "stderr.log")
     r = client.get(f"/api/jobs/{job.id}/logs")

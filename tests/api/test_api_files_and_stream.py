@@ -18,11 +18,12 @@ from core.db import get_engine
 from core.jobs import transition
 from core.settings import Settings
 from core.tables import Checkpoint, Job, JobStatus, MetricPoint
+from trainer.run_dir import job_run_dir
 
 
 def test_checkpoint_list_and_download_sha256(client: TestClient, make_job, db: Session, settings: Settings) -> None:
     job = make_job(status=JobStatus.running)
-    run = settings.resolved_runs_dir / str(job.id)
+    run = job_run_dir(settings.resolved_runs_dir, job.id)
     payload = os.urandom(300_000)
     (run / "checkpoints").mkdir(parents=True)
     (run / "checkpoints" / "step_00000010.pt").write_bytes(payload)
@@ -47,7 +48,7 @@ def test_checkpoint_list_and_download_sha256(client: TestClient, make_job, db: S
 
 def test_logs_per_rank_with_offset_and_tail(client: TestClient, make_job, settings: Settings) -> None:
     job = make_job(status=JobStatus.running)
-    base = settings.resolved_runs_dir / str(job.id) / "logs" / "attempt_1" / "abc" / "attempt_0"
+    base = job_run_dir(settings.resolved_runs_dir, job.id) / "logs" / "attempt_1" / "abc" / "attempt_0"
     for rank in (0, 1):
         (base / str(rank)).mkdir(parents=True)
         (base / str(rank) / "stderr.log").write_text("".join(f"rank{rank} line {i}\n" for i in range(100)))
