@@ -30,6 +30,8 @@ def test_submit_through_the_form_watch_it_succeed_and_download_a_checkpoint(page
     page.wait_for_function("() => Number(document.querySelector('#chart-loss').dataset.points) > 5")
     page.wait_for_function("() => Number(document.querySelector('#chart-acc').dataset.points) > 0")
     page.wait_for_selector("#checkpoints-body tr")
+    # The timeline is re-read 200 ms (debounced) after the status event that turned the badge green.
+    page.wait_for_function("() => document.querySelectorAll('#job-timeline li').length >= 4")
     assert page.locator("#job-timeline li").count() >= 4
     shot(page, "job-live-succeeded")
 
