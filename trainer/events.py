@@ -10,6 +10,7 @@ on a GPU, an all-reduce in flight): the writer thread produces the fields, so th
 from __future__ import annotations
 
 import json
+import os
 import queue
 import sys
 import threading
@@ -21,6 +22,9 @@ from typing import Any
 from trainer.event_types import EventType
 
 _STOP = object()
+# An event line that cannot be written (disk full, a quota) is retried this long before it is given up;
+# the worker then fails the job over the gap in `seq` (worker/run_record.py), never calls it whole.
+WRITE_RETRY_S = 20.0
 
 
 def last_seq(path: Path) -> int:
@@ -73,6 +77,7 @@ class EventLog:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._closing = threading.Event()  # ends a linger at once
+        self._gave_up = False  # the last line could not be written within WRITE_RETRY_S
         if enabled:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._seq = last_seq(path)
@@ -115,10 +120,26 @@ class EventLog:
 
     def _write(self, event: dict[str, Any]) -> None:
         try:
-            self._file.write(json.dumps(event, allow_nan=False, default=str) + "\n")
-            self._file.flush()
-        except (OSError, ValueError) as exc:  # keep draining: one bad value must not lose later events
+            line = json.dumps(event, allow_nan=False, default=str) + "\n"
+        except ValueError as exc:  # keep draining: one bad value must not lose later events
             self._error = exc
+            return
+        self._append(line.encode("utf-8"))
+
+    def _append(self, data: bytes) -> None:
+        """Append one whole line straight to the file (O_APPEND, no buffer that could tear it), retrying a
+        full disk for WRITE_RETRY_S; after one line was given up, later lines get one try until one succeeds."""
+        deadline = time.monotonic() + (0.0 if self._gave_up else WRITE_RETRY_S)
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self._file.fileno(), view) :]
+            except OSError as exc:
+                if time.monotonic() >= deadline:
+                    self._error, self._gave_up = exc, True
+                    return
+                time.sleep(0.25)
+        self._gave_up = False
 
     def close(self) -> None:
         """Write everything queued, then close. Safe to call twice."""
