@@ -46,7 +46,10 @@ def layout_jobs(web_service, tmp_path_factory):
         seed_logs(running, ranks=2)
         done = seed_job(db, "layout-done", "succeeded", runs_dir=web_service.runs_dir, total_steps=1000)
         seed_curves(db, done, 1000)
-        return {"running": running.id, "done": done.id, "checkpoint": ckpt.id}
+        failed = seed_job(db, "layout-failed", "failed", runs_dir=web_service.runs_dir, total_steps=500, step=120,
+                          failed_rank=1, exit_code=1, error="RuntimeError: BUILDERS[spec.name](**spec.args) failed at "
+                          + "/very/long/unbroken/path/" * 12 + "model.py")  # fmt: skip
+        return {"running": running.id, "done": done.id, "failed": failed.id, "checkpoint": ckpt.id}
 
 
 def _check(page, name: str) -> None:
@@ -61,7 +64,7 @@ def test_no_page_is_wider_than_the_screen(new_page, web_service, layout_jobs, si
     base = web_service.base
     page.goto(f"{base}/?name=layout-")
     page.wait_for_selector("#jobs-table[data-loaded]")
-    page.wait_for_function("() => document.querySelectorAll('#jobs-body tr').length === 2")
+    page.wait_for_function("() => document.querySelectorAll('#jobs-body tr').length === 3")
     _check(page, f"layout-{size}-jobs")
     # Each job's progress and loss are on screen, not off to the side.
     row = page.locator(f"tr[data-job-id='{layout_jobs['running']}']")
@@ -75,6 +78,10 @@ def test_no_page_is_wider_than_the_screen(new_page, web_service, layout_jobs, si
     page.wait_for_function("() => document.querySelectorAll('#checkpoints-body tr').length === 1")
     page.wait_for_function("() => document.querySelector('#log-text').textContent.includes('[rank 0]')")
     _check(page, f"layout-{size}-job")
+
+    page.goto(f"{base}/jobs/{layout_jobs['failed']}")
+    page.wait_for_selector("#job-error:visible")
+    _check(page, f"layout-{size}-failed")
 
     page.goto(f"{base}/new")
     page.wait_for_selector("#job-form[data-ready]")
