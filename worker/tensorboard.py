@@ -97,6 +97,12 @@ class _File:
         self.offset = 0
         self.broken = False
 
+    def _size(self) -> int:
+        try:
+            return self.path.stat().st_size
+        except OSError:
+            return 0
+
     def records(self, max_bytes: int) -> list[bytes]:
         if self.broken:
             return []
@@ -115,7 +121,9 @@ class _File:
                 break
             end = pos + _HEADER.size + length + 4
             if end > len(chunk):
-                break  # still being written (or past max_bytes): the next call reads it
+                if end - pos > max_bytes and self._size() >= self.offset + end:
+                    pos = end  # complete but bigger than one read (an image, say): no scalar, skipped whole
+                break  # else still being written (or past this read): the next call reads it
             out.append(chunk[pos + _HEADER.size : pos + _HEADER.size + length])
             pos = end
         self.offset += pos

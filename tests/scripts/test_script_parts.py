@@ -325,3 +325,21 @@ def test_a_script_missing_from_the_bundle_is_refused_at_submit(api_settings, aut
         r = api.post("/api/jobs", json={"entrypoint": "src/train.py --x 1", "code": code, "device": "cpu"})
         assert r.status_code == 201, r.text
         assert r.json()["spec"]["entrypoint"] == "src/train.py --x 1" and "model" not in r.json()["spec"]
+
+
+def test_tensorboard_record_bigger_than_one_read_is_skipped_not_stuck(tmp_path: Path) -> None:
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+
+    from worker.tensorboard import TensorBoardTail
+
+    writer = SummaryWriter(str(tmp_path))
+    writer.add_scalar("before", 1.0, 1)
+    writer.add_image("noise", torch.rand(3, 32, 32), 1)  # a record of a few kB
+    writer.add_scalar("after", 2.0, 2)
+    writer.close()
+    tail = TensorBoardTail(tmp_path)
+    names = []
+    for _ in range(10):
+        names += [e["name"] for e in tail.read(max_bytes=512)]
+    assert names == ["before", "after"]
