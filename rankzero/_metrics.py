@@ -225,10 +225,11 @@ def _row(tensors: list[torch.Tensor]) -> torch.Tensor:
 def log(step: int, values: Mapping[str, Any]) -> None:
     """Record `values` (name → 0-dim tensor or number) at `step`; call it on every rank.
 
-    Tensors are averaged across ranks (every rank must pass the same tensor names); plain numbers
-    (an lr, an epoch) are rank 0's own, not reduced. Rank 0 writes one `metric` event per name. The
-    call never waits for the disk, the device or the other ranks. Outside the service (no
-    RANKZERO_RUN_DIR) it does nothing at all.
+    Tensors are averaged across ranks, so every rank must call it, with the same tensor names (a
+    tensor logged under `if rank == 0:` would leave an all-reduce unmatched: log rank 0's own value
+    there as a number, `loss.item()`). Plain numbers (an lr, an epoch) are rank 0's own, not reduced
+    and need no other rank. Rank 0 writes one `metric` event per name. The call never waits for the
+    disk, the device or the other ranks. Outside the service (no RANKZERO_RUN_DIR) it does nothing.
     """
     step = operator.index(step)
     if _runtime.job().local:
