@@ -1,5 +1,5 @@
 """Fixtures for the security tests: a real uvicorn server (the shared `live_api` fixture) with a
-strong token of its own, raw-socket helpers, and a signed-in dashboard session.
+strong token of its own, and a signed-in dashboard session (helpers in tests/support/attack.py).
 
 Every test here attacks the server the way a client on the network would: over a real socket on
 127.0.0.1, never through an in-process client.
@@ -7,40 +7,12 @@ Every test here attacks the server the way a client on the network would: over a
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
-import httpx
 import pytest
 
-TOKEN = "sec-test-token-6b1f0c2e9d4a7358-kq3vXyZ8wLpR"  # 45 characters
-
-
-@dataclass
-class Server:
-    base: str
-    settings: Any
-    token: str = TOKEN
-
-    @property
-    def host(self) -> str:
-        return urlsplit(self.base).hostname or "127.0.0.1"
-
-    @property
-    def port(self) -> int:
-        return urlsplit(self.base).port or 80
-
-    @property
-    def auth(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"}
-
-    def connect(self, timeout: float = 5.0) -> socket.socket:
-        return socket.create_connection((self.host, self.port), timeout=timeout)
+from tests.support.attack import TOKEN, Server, sign_in
 
 
 @pytest.fixture
@@ -59,78 +31,8 @@ def server(start_server: Callable[..., Server]) -> Server:
     return start_server()
 
 
-def sign_in(server: Server) -> httpx.Client:
-    """A client holding a dashboard session (cookie + CSRF cookie), as a browser would after /login."""
-    client = httpx.Client(base_url=server.base, timeout=10)
-    r = client.post("/login", data={"token": server.token, "next": "/"}, follow_redirects=False)
-    assert r.status_code == 303, r.text
-    assert client.cookies.get("rankzero_session"), r.headers
-    return client
-
-
 @pytest.fixture
 def session_client(server: Server):
     client = sign_in(server)
     yield client
     client.close()
-
-
-def read_status(sock: socket.socket, timeout: float) -> int | None:
-    """The HTTP status of the first response on `sock`, or None if none arrives within `timeout`."""
-    sock.settimeout(timeout)
-    data = b""
-    try:
-        while b"\r\n" not in data:
-            chunk = sock.recv(4096)
-            if not chunk:
-                break
-            data += chunk
-    except (TimeoutError, OSError):
-        return None
-    parts = data.split(b" ", 2)
-    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
-
-
-@dataclass
-class HealthProbe:
-    """Polls /api/health in a thread while an attack runs; records each answer's latency.
-
-    The server under test runs in this process (live_api), so work that holds the GIL would freeze
-    this thread too and hide the stall: a latency is therefore the time since the previous answer
-    (less the pause between polls), not only the time of one request.
-    """
-
-    base: str
-    latencies: list[float] = field(default_factory=list)
-    failures: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def __enter__(self) -> HealthProbe:
-        def loop() -> None:
-            with httpx.Client(timeout=5) as client:
-                previous = time.monotonic()
-                while not self._stop.is_set():
-                    time.sleep(0.05)
-                    t0 = time.monotonic()
-                    try:
-                        ok = client.get(f"{self.base}/api/health").status_code == 200
-                    except httpx.HTTPError:
-                        ok = False
-                    now = time.monotonic()
-                    self.latencies.append(max(now - t0, now - previous - 0.05))
-                    self.failures += not ok
-                    previous = now
-
-        self._thread = threading.Thread(target=loop, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        assert self._thread is not None
-        self._thread.join(timeout=10)
-
-    @property
-    def worst(self) -> float:
-        return max(self.latencies, default=float("inf"))

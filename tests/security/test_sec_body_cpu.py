@@ -9,9 +9,9 @@ import time
 from contextlib import closing
 
 import httpx
-from conftest import HealthProbe, sign_in
 
 from api.limits import json_depth
+from tests.support.attack import HealthProbe, sign_in
 
 
 def _escaped_quotes(size: int) -> bytes:

@@ -7,7 +7,7 @@ import contextlib
 import resource
 import time
 
-from conftest import HealthProbe, read_status
+from tests.support.attack import HealthProbe, read_status
 
 CONNECTIONS = 200
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import TOKEN, sign_in
 from itsdangerous import URLSafeTimedSerializer
 from pydantic import ValidationError
 
 from core.settings import Settings
+from tests.support.attack import TOKEN, sign_in
 
 REPO = Path(__file__).resolve().parents[2]
 HINT = "secrets.token_urlsafe(32)"
