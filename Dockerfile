@@ -7,9 +7,10 @@
 FROM node:22-bookworm-slim AS web
 WORKDIR /web
 COPY web/package.json web/package-lock.json ./
-RUN npm ci --no-audit --no-fund --loglevel=error \
- && mkdir -p vendor \
- && cp node_modules/uplot/dist/uPlot.iife.min.js node_modules/uplot/dist/uPlot.min.css vendor/
+RUN npm ci --ignore-scripts --no-audit --no-fund --loglevel=error \
+ && mkdir -p vendor/swagger-ui \
+ && cp node_modules/uplot/dist/uPlot.iife.min.js node_modules/uplot/dist/uPlot.min.css vendor/ \
+ && cp node_modules/swagger-ui-dist/swagger-ui-bundle.js node_modules/swagger-ui-dist/swagger-ui.css vendor/swagger-ui/
 
 # --- the service ---
 FROM python:3.11-slim-bookworm
@@ -18,25 +19,29 @@ ENV PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     RANKZERO_DATA_DIR=/data \
-    RANKZERO_RUNS_DIR=/runs
+    RANKZERO_RUNS_DIR=/runs \
+    RANKZERO_DATASETS_DIR=/datasets
 RUN groupadd --system --gid 1000 rankzero \
  && useradd --system --uid 1000 --gid rankzero --home-dir /home/rankzero --create-home rankzero \
- && mkdir -p /app /data /runs \
- && chown rankzero:rankzero /data /runs
+ && mkdir -p /app /data /runs /datasets \
+ && chown rankzero:rankzero /data /runs /datasets \
+ && chmod 0700 /data
 WORKDIR /app
 # Dependencies first (a layer that survives code edits): install the pinned set, then the code.
 COPY pyproject.toml README.md ./
-RUN mkdir -p core trainer api worker cli && touch core/__init__.py trainer/__init__.py api/__init__.py worker/__init__.py cli/__init__.py \
+RUN mkdir -p core trainer api worker cli rankzero \
+ && touch core/__init__.py trainer/__init__.py api/__init__.py worker/__init__.py cli/__init__.py rankzero/__init__.py \
  && pip install . && pip uninstall -y rankzero
 COPY core ./core
 COPY trainer ./trainer
 COPY api ./api
 COPY worker ./worker
 COPY cli ./cli
+COPY rankzero ./rankzero
 COPY web/templates ./web/templates
 COPY web/static ./web/static
 COPY --from=web /web/vendor ./web/static/vendor
-RUN pip install --no-deps -e . && python -c "import api.app, worker.tasks, cli.main"
+RUN pip install --no-deps -e . && python -c "import api.app, worker.tasks, cli.main, rankzero"
 USER rankzero
 EXPOSE 8000
 # The API's health route; the worker service in docker-compose.yml overrides it with a Celery ping.

@@ -98,3 +98,22 @@ def test_dockerfile() -> None:
     assert "pip install ." in text  # torch from the registry through the project's pins
     ignore = (ROOT / ".dockerignore").read_text().split()
     assert {".git", ".venv", "runs"} <= set(ignore)
+
+
+def test_dockerfile_ships_every_package_and_front_end_file_make_does() -> None:
+    """The image is built from what `make` installs: every package pyproject lists is copied in, and
+    every front-end file the Makefile vendors from npm is vendored in the image too."""
+    import re
+
+    import tomllib
+
+    text = (ROOT / "Dockerfile").read_text()
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    for pattern in packages["include"]:
+        name = pattern.rstrip("*")
+        assert f"COPY {name} ./{name}" in text, name
+        assert f"{name}/__init__.py" in text, name  # the dependency layer's placeholder package
+    vendored = set(re.findall(r"node_modules/(\S+\.(?:js|css))", (ROOT / "Makefile").read_text()))
+    assert vendored and vendored <= set(re.findall(r"node_modules/(\S+\.(?:js|css))", text)), vendored
+    compose = yaml.safe_load(COMPOSE.read_text())
+    assert "datasets:/datasets" in compose["x-rankzero"]["volumes"]
