@@ -42,6 +42,12 @@ def last_seq(path: Path) -> int:
     return best
 
 
+def _ends_with_newline(path: Path) -> bool:
+    with path.open("rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
 class _Later:
     """`count` events whose fields are computed on the writer thread (`EventLog.emit_later`)."""
 
@@ -82,6 +88,8 @@ class EventLog:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._seq = last_seq(path)
             self._file = path.open("a", encoding="utf-8")
+            if self._file.tell() and not _ends_with_newline(path):  # a line torn by a full disk or a crash
+                os.write(self._file.fileno(), b"\n")  # ends it, so our first line is not glued to it
             self._thread = threading.Thread(target=self._drain, name="events-writer", daemon=True)
             self._thread.start()
 

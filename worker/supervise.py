@@ -263,7 +263,9 @@ class _Watch:
         self.launched_at = time.time()
         self.started = False
         self.last_beat = self.last_event = self.last_fold = time.monotonic()
-        self.heartbeat_mtime = self.launched_at - 1  # the ranks' heartbeat file (trainer/train.py `_beat`)
+        self.heartbeat_mtime = 0.0  # of the ranks' heartbeat file (trainer/train.py `_beat`)
+        self._notice_heartbeat()  # an earlier attempt's last beat is not this one's life
+        self.started, self.last_event = False, time.monotonic()
         self.last_step: int | None = None
 
     def read_events(self) -> None:
