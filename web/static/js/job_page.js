@@ -1,4 +1,4 @@
-// Job page: header, failure banner, progress, timeline, charts, checkpoints, logs.
+// Job page: header, failure banner, progress, code bundle, timeline, charts, checkpoints, logs.
 // One SSE connection (GET /api/jobs/{id}/stream) feeds status, progress, metric points and
 // checkpoints; the first render and every status change read the job over REST.
 import { api, ApiError } from "./api.js";
@@ -45,13 +45,83 @@ function renderJob(j) {
   const badge = $("#job-status");
   setText(badge, job.status);
   badge.className = `badge badge-${job.status}`;
-  const facts = [job.strategy, job.global_batch_size ? `global batch ${fmtInt(job.global_batch_size)}` : null,
+  // A script job's batch is its own business: the spec's default batch_size says nothing about it.
+  const batch = job.global_batch_size && !job.spec?.entrypoint ? `global batch ${fmtInt(job.global_batch_size)}` : null;
+  const facts = [job.strategy, batch,
     job.spec?.model?.name && `model ${job.spec.model.name}`, job.spec?.data?.name && `data ${job.spec.data.name}`,
     job.worker_host && `on ${job.worker_host}`, job.attempt > 1 ? `attempt ${job.attempt}` : null].filter(Boolean);
   setText($("#job-facts"), facts.join(" · "));
   $("#cancel-job").hidden = TERMINAL.has(job.status) || job.status === "cancelling";
+  renderCode(job);
   renderFailure();
   renderProgress(job);
+}
+
+// The job's code bundle (spec `code`): sha256 (short; the full one on hover and by "Copy"), size, file
+// count, the command a script job runs, and the file list, fetched only when "Files" is opened.
+const MAX_LISTED_FILES = 2000;
+let codeSha = null;
+
+function renderCode(j) {
+  const ref = typeof j.spec?.code === "string" ? j.spec.code : "";
+  const box = $("#job-code");
+  box.hidden = !ref;
+  if (!ref) return;
+  const sha = ref.replace(/^sha256:/, "");
+  if (sha !== codeSha) {
+    codeSha = sha;
+    const el = $("#code-sha");
+    setText(el, `sha256:${sha.slice(0, 12)}…`);
+    el.title = `sha256:${sha}`;
+    el.dataset.sha256 = sha;
+    $("#code-files").open = false;
+    $("#code-files").dataset.loaded = "";
+  }
+  const stored = j.code_bytes !== null && j.code_bytes !== undefined;
+  setText($("#code-size"), stored ? `${fmtBytes(j.code_bytes)} compressed` : "no longer stored");
+  setText($("#code-count"), stored ? fmtInt(j.code_files) : "–");
+  $("#code-files").hidden = !stored;
+  const entry = j.spec?.entrypoint;
+  $("#code-command-row").hidden = !entry;
+  if (entry) setText($("#code-command"), `torchrun --nproc-per-node ${j.spec.nproc ?? 1} ${entry}`);
+}
+
+async function loadCodeFiles() {
+  const details = $("#code-files");
+  if (!details.open || details.dataset.loaded === codeSha || !codeSha) return;
+  const sha = codeSha;
+  details.dataset.loaded = sha;
+  const status = $("#code-files-status");
+  setText(status, "Loading the file list…");
+  try {
+    const listing = await api(`/code/${sha}/files`);
+    const paths = listing.paths.slice(0, MAX_LISTED_FILES);
+    $("#code-files-body").replaceChildren(...paths.map((f) => h("tr", {},
+      h("td", {}, h("code", {}, f.path)),
+      h("td", { class: "num" }, fmtBytes(f.size)))));
+    $("#code-files-table").hidden = false;
+    const more = listing.paths.length - paths.length;
+    setText(status, more > 0 ? `The first ${fmtInt(paths.length)} of ${fmtInt(listing.paths.length)} files.`
+      : `${fmtInt(listing.files)} ${listing.files === 1 ? "file" : "files"}, ${fmtBytes(listing.unpacked_bytes)} unpacked.`);
+  } catch (err) {
+    details.dataset.loaded = "";
+    setText(status, `Could not load the file list: ${err.message}`);
+  }
+}
+
+async function copySha() {
+  const el = $("#code-sha");
+  const full = `sha256:${el.dataset.sha256 || ""}`;
+  try {
+    await navigator.clipboard.writeText(full);
+    setText($("#code-copied"), "Copied");
+  } catch {
+    // No clipboard (an insecure origin, or refused): show the full value selected, ready for Ctrl+C.
+    setText(el, full);
+    getSelection().selectAllChildren(el);
+    setText($("#code-copied"), "Selected: press Ctrl+C");
+  }
+  setTimeout(() => setText($("#code-copied"), ""), 3000);
 }
 
 function renderFailure() {
@@ -194,6 +264,8 @@ $("#cancel-job").addEventListener("click", async () => {
   }
 });
 
+$("#code-files").addEventListener("toggle", () => { loadCodeFiles(); });
+$("#code-copy").addEventListener("click", () => { copySha(); });
 $("#log-scale").addEventListener("change", (e) => {
   charts.loss.setLog(e.target.checked);
   charts.lr.setLog(e.target.checked);
