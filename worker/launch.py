@@ -31,11 +31,13 @@ def trainer_module() -> str:
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+DEATH_SIGNAL = signal.SIGUSR1  # what worker/rank_guard.py takes as "the supervisor died"
 
 
 def die_with_supervisor() -> Callable[[], None] | None:
-    """A preexec_fn that makes torchrun get SIGTERM when the thread that launched it dies (the worker
-    killed, OOM): torchrun forwards it, the ranks checkpoint and exit 75, and nothing trains unsupervised.
+    """A preexec_fn that signals the rank guard (worker/rank_guard.py, torchrun's parent) when the
+    thread that launched it dies (the worker killed, OOM): the guard sends torchrun one SIGTERM, which
+    it forwards; the ranks checkpoint and exit 75, and nothing trains unsupervised.
 
     PR_SET_PDEATHSIG fires when the forking *thread* exits: a supervisor runs in the thread of its
     task from launch to outcome (Celery's solo and prefork pools: the process's main thread; the
@@ -48,9 +50,9 @@ def die_with_supervisor() -> Callable[[], None] | None:
     parent = os.getpid()
 
     def preexec() -> None:
-        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        prctl(PR_SET_PDEATHSIG, int(DEATH_SIGNAL), 0, 0, 0)
         if os.getppid() != parent:  # the supervisor died before the flag was set
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), DEATH_SIGNAL)
 
     return preexec
 
@@ -184,7 +186,8 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
     env = rank_env(mark, cuda_visible_devices, settings, job_env(run, spec, job_id, attempt, settings))
     with open(launcher_log, "ab") as out:
         proc = subprocess.Popen(
-            build_command(run, job_id, attempt, nproc, port, entry),
+            [sys.executable, "-m", "worker.rank_guard", str(settings.cancel_grace_s),
+             *build_command(run, job_id, attempt, nproc, port, entry)],  # fmt: skip
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,

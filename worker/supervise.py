@@ -165,7 +165,8 @@ def _run_attempt(engine: Engine, settings: Settings, job: Job, spec: JobSpec, cu
     if latest is not None and not spec.is_script:  # a script finds its own (rankzero.load_checkpoint)
         spec_dict["resume_from"] = str(latest)
     try:
-        code = bundles.code_dir(spec, settings)
+        # Fetching or unpacking a large bundle may outlast the stale threshold: keep the job's heartbeat.
+        code = bundles.code_dir(spec, settings, keep_alive=lambda: jobs.touch_live(engine, job_id, number))
         launched = launch(run, spec_dict, job_id, number, spec.nproc, cuda, settings, code_dir=code)
     except bundles.BundleUnavailable as exc:
         jobs.finish(engine, job_id, S.failed, detail="code bundle unavailable", attempt=number, error=str(exc))
