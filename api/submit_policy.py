@@ -16,7 +16,7 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlmodel import Session
 
-from core import bundles, capacity
+from core import bundles, capacity, code_policy
 from core.db import get_engine
 from core.paths import UnsafePath, inside_dataset_roots, inside_runs_dir, run_dir_of
 from core.settings import Settings
@@ -40,11 +40,6 @@ class QuotaExceeded(SpecRefused):
     def __init__(self, loc: tuple[str, ...], msg: str, retry_after_s: int = 30) -> None:
         super().__init__(loc, msg)
         self.retry_after_s = retry_after_s
-
-
-def _module_allowed(module: str, prefixes: list[str]) -> bool:
-    # A prefix names a package: "myorg" allows "myorg" and "myorg.models", not "myorgevil".
-    return any(module == p or module.startswith(p.rstrip(".") + ".") for p in prefixes)
 
 
 def check_code(spec: JobSpec, settings: Settings) -> None:
@@ -90,26 +85,11 @@ def check_entrypoint(spec: JobSpec, settings: Settings) -> None:
         )
 
 
-def bundle_modules(spec: JobSpec, settings: Settings) -> list[str]:
-    """Top-level modules of the job's own bundle: user code from them needs no RANKZERO_ALLOWED_CODE entry."""
-    found = bundles.manifest(settings, spec.code) if spec.code else None
-    return sorted(found.top_level_modules()) if found else []
-
-
 def check_user_code(spec: JobSpec, settings: Settings) -> None:
-    prefixes = settings.allowed_code_prefixes + bundle_modules(spec, settings)
-    for field, name in (
-        ("model", spec.model.name),
-        ("data", spec.data.name),
-        ("loss", spec.loss.name if spec.loss else ""),
-    ):
-        if name and name in spec.user_code_names() and not _module_allowed(name.split(":", 1)[0], prefixes):
-            allowed = ", ".join(prefixes) if prefixes else "none are allowed"
-            raise SpecRefused(
-                ("body", field, "name"),
-                f"user code {name!r} is outside the allowed module prefixes ({allowed}); "
-                "the server's RANKZERO_ALLOWED_CODE lists them",
-            )
+    refusal = code_policy.user_code_refusal(spec, settings)
+    if refusal is not None:
+        field, message = refusal
+        raise SpecRefused(("body", field, "name"), message)
 
 
 def check_resume_from(spec: JobSpec, settings: Settings) -> JobSpec:

@@ -23,7 +23,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
-from core import jobs, queue
+from core import code_policy, jobs, queue
 from core.capacity import gpus_needed, host_gpus
 from core.db import get_engine
 from core.settings import Settings
@@ -98,6 +98,20 @@ def _latest_checkpoint(engine: Engine, job_id: int, run: RunDir) -> Path | None:
     return None
 
 
+def _runnable_spec(engine: Engine, job: Job, settings: Settings) -> JobSpec | str:
+    """The job's spec, or (having failed the job) a one-line account of why this worker will not run it."""
+    try:
+        spec = JobSpec.model_validate(job.spec)
+    except ValueError as exc:  # stored by an older version, say: fail it rather than leave it queued
+        jobs.refuse(engine, job.id, f"the stored spec is no longer valid: {exc}; resubmit it")
+        return f"job {job.id}: invalid spec"
+    refusal = code_policy.user_code_refusal(spec, settings)  # the allow-list may have changed since submit
+    if refusal is not None:
+        jobs.refuse(engine, job.id, f"refused by this worker: {refusal[1]}")
+        return f"job {job.id}: refused, user code not allowed"
+    return spec
+
+
 def run_job(job_id: int, settings: Settings) -> str:
     """Run job `job_id` if it is still queued; return a one-line account (for the worker log)."""
     engine = get_engine(settings.resolved_database_url)
@@ -106,11 +120,9 @@ def run_job(job_id: int, settings: Settings) -> str:
         return f"job {job_id}: no such job"
     if job.status != S.queued:
         return f"job {job_id}: {job.status.value}, nothing to do (a repeated delivery)"
-    try:
-        spec = JobSpec.model_validate(job.spec)
-    except ValueError as exc:  # stored by an older version, say: fail it rather than leave it queued
-        jobs.refuse(engine, job_id, f"the stored spec is no longer valid: {exc}; resubmit it")
-        return f"job {job_id}: invalid spec"
+    spec = _runnable_spec(engine, job, settings)
+    if isinstance(spec, str):
+        return spec
     host = host_gpus(settings)
     if spec.device == "cuda" and not host:
         jobs.refuse(
