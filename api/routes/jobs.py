@@ -65,19 +65,20 @@ def submit_job(
         raise HTTPException(422, [{"loc": list(exc.loc), "msg": exc.msg, "type": "value_error"}]) from None
     try:
         job = jobs.create(session, spec.name, spec.model_dump(mode="json"), settings.queue, idempotency_key)
-    except IntegrityError:  # a concurrent retry with the same key won the insert
+    except IntegrityError:
         session.rollback()
-        return _replay(jobs.by_idempotency_key(session, idempotency_key or ""), spec, settings, response)
+        winner = jobs.by_idempotency_key(session, idempotency_key) if idempotency_key else None
+        if winner is None:  # not a concurrent retry with the same key: a real integrity error
+            raise
+        return _replay(winner, spec, settings, response)
     # The row is born undispatched: if this process dies before the message is sent, or the broker is
     # down, the workers' recovery sweep sends it. So a broker problem is not returned.
     queue.enqueue_or_defer(job.id, settings)
     return JobPublic.from_row(job)
 
 
-def _replay(job: Job | None, spec: JobSpec, settings: Settings, response: Response) -> JobPublic:
+def _replay(job: Job, spec: JobSpec, settings: Settings, response: Response) -> JobPublic:
     """The answer to a retried submit: the job the key created, if the spec is the same."""
-    if job is None:  # cannot happen: keys are never deleted while their job exists
-        raise HTTPException(status.HTTP_409_CONFLICT, "Idempotency-Key conflict; retry the request")
     try:
         incoming = submit_policy.check_resume_from(spec, settings).model_dump(mode="json")
     except submit_policy.SpecRefused:
