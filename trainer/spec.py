@@ -39,6 +39,7 @@ MAX_ENTRYPOINT_CHARS = 4096
 BUILTIN_ONLY_FIELDS = (
     "model", "data", "loss", "optimizer", "scheduler", "batch_size", "accumulation_steps", "sync", "epochs",
     "max_steps", "precision", "sync_batchnorm", "grad_clip_norm", "seed", "log_every", "eval_every", "resume_from",
+    "min_nproc", "compile",
 )  # fmt: skip
 
 
@@ -217,7 +218,27 @@ class JobSpec(StrictModel):
     batch_size: int = Field(32, ge=1, le=65_536, description="Samples per process per micro-batch.")
     accumulation_steps: int = Field(1, ge=1, le=1024, description="Micro-batches per optimizer step on each process.")
     nproc: int = Field(1, ge=1, le=64, description="Processes (ranks) per node; > 1 means DDP.")
-    nnodes: int = Field(1, ge=1, le=64, description="Nodes; the service launches single-node jobs (1).")
+    nnodes: int = Field(
+        1, ge=1, le=64, description="Hosts; > 1 runs one torchrun per host (needs a runs dir the hosts share)."
+    )
+    min_nproc: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="Elastic fit: start on fewer ranks (at least this many) when fewer are free, with "
+        "accumulation_steps raised so the global batch, and the weights, stay exactly the same. One host only.",
+    )
+    priority: int = Field(0, ge=-1000, le=1000, description="Higher runs first; equal priorities run oldest first.")
+    preemptible: bool = Field(
+        False, description="May be stopped (checkpointed, requeued, nothing lost) to start a higher-priority job."
+    )
+    memory_limit_mb: int | None = Field(
+        None,
+        ge=64,
+        le=16 * 1024 * 1024,
+        description="Stop the job when its processes together use more resident memory (MiB) than this.",
+    )
+    compile: bool = Field(False, description="torch.compile the model (pays off on long jobs; its cache is kept).")
     sync: Literal["ddp", "manual", "dataparallel"] = Field(
         "ddp",
         description="ddp: native DistributedDataParallel; manual: hand-written all-reduce once per optimizer step; "
@@ -307,7 +328,26 @@ class JobSpec(StrictModel):
             raise ValueError("precision fp16 needs CUDA (GradScaler); use bf16 or fp32 on CPU")
         if self.loss is None and not is_user_code(self.model.name):
             raise ValueError("loss null is only for user models that compute their own loss; set loss.name")
+        self._check_elastic()
         return self
+
+    def _check_elastic(self) -> None:
+        if self.min_nproc is None:
+            return
+        if self.min_nproc > self.nproc:
+            raise ValueError(f"min_nproc ({self.min_nproc}) must not exceed nproc ({self.nproc})")
+        if self.nnodes != 1:
+            raise ValueError("min_nproc (elastic fit) works on one host: set nnodes 1, or leave min_nproc out")
+        if self.sync == "dataparallel":
+            raise ValueError("min_nproc does not apply to sync 'dataparallel' (one process)")
+
+    def elastic_sizes(self) -> list[int]:
+        """Rank counts this job may run on, largest first: nproc, then (elastic) every w ≥ min_nproc that keeps
+        the global batch exact (w divides nproc × accumulation_steps)."""
+        if self.min_nproc is None:
+            return [self.nproc]
+        total = self.nproc * self.accumulation_steps
+        return [w for w in range(self.nproc, self.min_nproc - 1, -1) if total % w == 0]
 
     def _check_script_job(self) -> JobSpec:
         if self.code is None:
