@@ -62,6 +62,18 @@ class Job(SQLModel, table=True):
     queue: str | None = Field(default=None, max_length=100)  # the pool (Celery queue) it was submitted to
     idempotency_key: str | None = Field(default=None, max_length=200)  # POST /jobs retries (unique)
 
+    # --- scheduling (worker/scheduler.py decides, core/placement.py computes) ---
+    priority: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default="0", index=True))
+    # Where the scheduler put the job: {"nodes": [{"host", "node_rank", "gpus", "slots"}], "nproc",
+    # "accumulation_steps"}; set while queued-and-placed and while live, cleared when it leaves them.
+    placement: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    placement_id: str | None = Field(default=None, max_length=40)  # fences node messages to one placement
+    rendezvous: str | None = Field(default=None, max_length=300)  # node 0's c10d endpoint, host:port
+    pending_reason: str | None = Field(default=None, sa_column=Column(Text))  # why a queued job waits
+    preempt_for: int | None = None  # set by the scheduler: stop (checkpoint, requeue) to make room for that job
+    host_losses: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default="0"))
+    restarts_used: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default="0"))
+
     step: int = 0
     total_steps: int | None = None
     epoch: int = 0
@@ -154,3 +166,22 @@ class MetricRollupMark(SQLModel, table=True):
 
     job_id: int = Field(foreign_key="jobs.id", primary_key=True, ondelete="CASCADE")
     seq: int = Field(default=-1, sa_column=Column(BigInteger, nullable=False))
+
+
+class Host(SQLModel, table=True):
+    """A machine that runs jobs: registered and heartbeaten by its workers (worker/hosts.py).
+
+    Several workers on one machine share its row (same name); the scheduler places nodes of jobs
+    on hosts whose heartbeat is fresh and sends them on the host's own Celery queue."""
+
+    __tablename__ = "hosts"
+
+    name: str = Field(primary_key=True, max_length=100)
+    address: str = Field(max_length=255)  # reachable by the other hosts (node 0's rendezvous endpoint)
+    pool: str = Field(max_length=100)  # the pool (job.queue) it serves
+    gpus: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    cpu_slots: int = 1  # rank slots for CPU jobs
+    storage_id: str = Field(max_length=64)  # the runs dir it sees (multi-node needs one shared by its hosts)
+    draining: bool = False
+    registered_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    heartbeat_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
