@@ -1,0 +1,657 @@
+"""The scheduler's placement decision: a pure function from (queue, hosts, usage) to a plan (issue 10).
+
+No database, no I/O, no torch. The scheduler loop reads the queued jobs, the hosts and what holds
+capacity now, calls `plan()` once per pass, and writes what it says: placements to launch, a pending
+reason per waiting job, and the preemptible jobs to stop (checkpoint, requeue) for a higher one.
+`never_fits()` is the submit-time refusal: compared with host totals, not with what is free.
+
+Rules (see tests/scheduler/test_placement.py, one test per rule):
+
+* Capacity. On a host with GPUs a job of device 'cuda' or 'auto' takes one GPU per rank (sync
+  'dataparallel': every GPU of the host, which needs ≥ 2); a 'cpu' job, or an 'auto' job on a host
+  without GPUs, takes one *slot* per rank out of the host's `cpu_slots`. Free = total − usage.
+  Only hosts of the job's pool, never draining ones.
+* Gang. `nnodes` N: N distinct hosts, each with the per-node ranks free now, all seeing the same runs
+  dir (`storage_id`) and of one kind (all GPU or all slots) — or nothing. Best fit: the host(s) with
+  the least free capacity that still fits (GPU hosts before CPU hosts for 'auto'), ties by name;
+  node ranks follow host names.
+* Order. priority desc, created_at asc, job_id asc. EASY backfill: the first job of a pool that cannot
+  start reserves the host(s) it would take first (most free among those big enough); later jobs never
+  use a reserved host. One such reservation per pool, so the queue never freezes.
+* Elastic fit. A single-node job with `min_nproc` starts at full size if that fits anywhere, else on
+  the largest w in `spec.elastic_sizes()` that fits, with accumulation_steps = nproc·acc // w.
+* Preemption. A job that cannot start now may stop running preemptible jobs of strictly lower
+  priority on its pool's hosts: on one host (per needed host for multi-node), lowest priority first,
+  then youngest (highest id), then redundant victims dropped; among hosts the one whose victims have
+  the lowest top priority, then fewest victims. The job reserves those hosts and waits.
+
+Speed: a failure to fit is monotone within a pass (free capacity only shrinks, reservations and
+claimed victims only grow), so each job *shape* (pool, device, sync, sizes, nnodes) is tried against
+the hosts at most once per state, and once for preemption per priority: a pass costs
+O(jobs + shapes × hosts), not O(jobs × hosts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from trainer.spec import JobSpec
+
+GPU = "gpu"
+SLOT = "slot"
+_LISTED_HOSTS = 5  # hosts named in a pending reason before "… and N more"
+
+
+@dataclass(frozen=True)
+class HostView:
+    name: str
+    pool: str  # the Celery pool (job.queue) this host serves
+    gpus: tuple[str, ...]  # GPU indices, e.g. ("0", "1"); () for a CPU host
+    cpu_slots: int  # rank slots for cpu jobs (RANKZERO_CPU_SLOTS, default the core count)
+    storage_id: str  # the runs dir it sees; multi-node needs all nodes to share one
+    draining: bool = False
+
+
+@dataclass(frozen=True)
+class NodeUse:
+    host: str
+    gpus: tuple[str, ...] = ()
+    slots: int = 0
+
+
+@dataclass(frozen=True)
+class Usage:
+    """A job holding capacity now (starting/running/cancelling, or placed but not yet started)."""
+
+    job_id: int
+    priority: int
+    preemptible: bool
+    nodes: tuple[NodeUse, ...]
+
+
+@dataclass(frozen=True)
+class Waiting:
+    job_id: int
+    pool: str
+    priority: int
+    created_at: float  # unix seconds
+    spec: JobSpec
+
+
+@dataclass(frozen=True)
+class NodePlacement:
+    host: str
+    node_rank: int
+    gpus: tuple[str, ...]  # the GPUs this node's ranks use (CUDA_VISIBLE_DEVICES); () for a slot job
+    slots: int  # rank slots taken (0 for a GPU job)
+
+
+@dataclass(frozen=True)
+class Placement:
+    job_id: int
+    nodes: tuple[NodePlacement, ...]  # node_rank 0 first
+    nproc: int  # ranks per node actually launched (elastic: may be < spec.nproc)
+    accumulation_steps: int  # raised by elastic fit so nproc × accumulation_steps × nnodes stays the spec's
+    requested_nproc: int  # the spec's nproc
+
+    @property
+    def elastic(self) -> bool:
+        """True when the job starts on fewer ranks than it asked for (accumulation raised)."""
+        return self.nproc != self.requested_nproc
+
+
+@dataclass
+class Plan:
+    placements: list[Placement] = field(default_factory=list)
+    pending: dict[int, str] = field(default_factory=dict)  # job_id -> why it waits
+    preempt: dict[int, int] = field(default_factory=dict)  # victim job_id -> the job_id it makes room for
+
+
+def queue_order(job: Waiting) -> tuple[int, float, int]:
+    """The order in which jobs are considered: priority desc, then oldest, then lowest id."""
+    return (-job.priority, job.created_at, job.job_id)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What a job needs from a host
+
+
+def host_kind(spec: JobSpec, host: HostView) -> str | None:
+    """GPU or SLOT: what `spec` takes on `host`; None when that host can never run it."""
+    if spec.sync == "dataparallel":
+        return GPU if spec.device != "cpu" and len(host.gpus) >= 2 else None
+    if spec.device == "cpu":
+        return SLOT
+    if spec.device == "cuda":
+        return GPU if host.gpus else None
+    return GPU if host.gpus else SLOT
+
+
+def _total(host: HostView, kind: str) -> int:
+    return len(host.gpus) if kind == GPU else host.cpu_slots
+
+
+def _per_node(spec: JobSpec, host: HostView, ranks: int) -> int:
+    """Units (GPUs or slots) a node of `ranks` ranks takes on `host`."""
+    return len(host.gpus) if spec.sync == "dataparallel" else ranks
+
+
+def _unit(kind: str, n: int) -> str:
+    word = "GPU" if kind == GPU else "slot"
+    return word if n == 1 else word + "s"
+
+
+def _units(kinds: Iterable[str], n: int) -> str:
+    kinds = set(kinds)
+    if len(kinds) == 1:
+        return _unit(next(iter(kinds)), n)
+    return "rank" if n == 1 else "ranks (GPUs or slots)"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A host's state during one pass
+
+
+class _Host:
+    __slots__ = ("name", "reserved_by", "victims", "view", "free_gpus", "free_slots")
+
+    def __init__(self, view: HostView) -> None:
+        self.view = view
+        self.name = view.name
+        self.free_gpus: list[str] = list(view.gpus)
+        self.free_slots = view.cpu_slots
+        self.reserved_by: Waiting | None = None
+        self.victims: list[_Victim] = []  # preemptible jobs here, lowest priority then youngest first
+
+    def hold(self, node: NodeUse) -> None:
+        if node.gpus:
+            held = set(node.gpus)
+            self.free_gpus = [g for g in self.free_gpus if g not in held]
+        self.free_slots -= node.slots
+
+    def free(self, kind: str) -> int:
+        return len(self.free_gpus) if kind == GPU else max(self.free_slots, 0)
+
+    def take(self, kind: str, n: int) -> tuple[tuple[str, ...], int]:
+        if kind == GPU:
+            taken, self.free_gpus = tuple(self.free_gpus[:n]), self.free_gpus[n:]
+            return taken, 0
+        self.free_slots -= n
+        return (), n
+
+
+@dataclass(frozen=True)
+class _Victim:
+    job_id: int
+    priority: int
+    gpus: int  # GPUs it holds on this host
+    slots: int
+
+    def frees(self, kind: str) -> int:
+        return self.gpus if kind == GPU else self.slots
+
+
+@dataclass(frozen=True)
+class _Option:
+    """A host a job shape can run on: its kind and the units its full size needs there."""
+
+    host: _Host
+    kind: str
+    total: int
+
+    @property
+    def rank(self) -> int:  # GPU hosts first for 'auto'
+        return 0 if self.kind == GPU else 1
+
+
+@dataclass
+class _Shape:
+    """What a job's placement depends on, shared by every job alike (the memo key's value)."""
+
+    pool: str
+    spec: JobSpec
+    sizes: list[int]  # rank counts per node, largest first
+    options: list[_Option]  # hosts of the pool that could ever run it
+    failed: bool = False  # did not fit at some point this pass (stays so: failure is monotone)
+    preempt_failed_at: int | None = None  # preemption found nothing for this priority (and so for lower)
+    reason: tuple[int, str] | None = None  # (pool version, reason) cached
+    never: str | None = None  # why no host of the pool could run it even idle (never_fits), if so
+
+
+def _shape_key(job: Waiting) -> tuple[object, ...]:
+    s = job.spec
+    return (job.pool, s.device, s.sync, s.nproc, s.nnodes, s.min_nproc, s.nproc * s.accumulation_steps)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Fitting
+
+
+def _fits_key(opt: _Option) -> tuple[int, int, str]:
+    return (opt.rank, opt.host.free(opt.kind), opt.host.name)
+
+
+def _best_single(shape: _Shape, ranks: int, ignore_reserved: bool = False) -> _Option | None:
+    """Best fit: the usable host with the least free capacity that still holds `ranks` ranks."""
+    best: _Option | None = None
+    best_key: tuple[int, int, str] | None = None
+    for opt in shape.options:
+        if opt.host.reserved_by is not None and not ignore_reserved:
+            continue
+        free = opt.host.free(opt.kind)
+        if free < _per_node(shape.spec, opt.host.view, ranks):
+            continue
+        key = (opt.rank, free, opt.host.name)
+        if best_key is None or key < best_key:
+            best, best_key = opt, key
+    return best
+
+
+def _groups(options: Iterable[_Option]) -> dict[tuple[str, str], list[_Option]]:
+    groups: dict[tuple[str, str], list[_Option]] = {}
+    for opt in options:
+        groups.setdefault((opt.host.view.storage_id, opt.kind), []).append(opt)
+    return groups
+
+
+def _best_gang(shape: _Shape, ignore_reserved: bool = False) -> list[_Option] | None:
+    """N hosts of one runs dir and kind, each with nproc free: the tightest such set, else None."""
+    need, count = shape.spec.nproc, shape.spec.nnodes
+    fitting = [
+        o for o in shape.options if (ignore_reserved or o.host.reserved_by is None) and o.host.free(o.kind) >= need
+    ]
+    best: list[_Option] | None = None
+    best_key: tuple[int, int, str] | None = None
+    for (storage, _kind), members in sorted(_groups(fitting).items()):
+        if len(members) < count:
+            continue
+        chosen = sorted(members, key=_fits_key)[:count]
+        key = (chosen[0].rank, sum(o.host.free(o.kind) for o in chosen), storage)
+        if best_key is None or key < best_key:
+            best, best_key = chosen, key
+    return best
+
+
+def _launch(job: Waiting, chosen: list[_Option], ranks: int) -> Placement:
+    spec = job.spec
+    nodes = []
+    for rank, opt in enumerate(sorted(chosen, key=lambda o: o.host.name)):
+        gpus, slots = opt.host.take(opt.kind, _per_node(spec, opt.host.view, ranks))
+        nodes.append(NodePlacement(host=opt.host.name, node_rank=rank, gpus=gpus, slots=slots))
+    accumulation = spec.nproc * spec.accumulation_steps // ranks
+    return Placement(job.job_id, tuple(nodes), ranks, accumulation, spec.nproc)
+
+
+def _fit(shape: _Shape) -> tuple[list[_Option], int] | None:
+    """The hosts and ranks per node the shape starts on now, or None."""
+    if shape.spec.nnodes > 1:
+        gang = _best_gang(shape)
+        return (gang, shape.spec.nproc) if gang else None
+    for ranks in shape.sizes:  # full size first; smaller (elastic) only when it fits nowhere
+        opt = _best_single(shape, ranks)
+        if opt is not None:
+            return [opt], ranks
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reservations (EASY backfill)
+
+
+def _reservation(shape: _Shape) -> list[_Host]:
+    """The host(s) a blocked job would take first: most free among those big enough, not yet reserved."""
+    free_opts = [o for o in shape.options if o.host.reserved_by is None]
+    if shape.spec.nnodes == 1:
+        target = max((r for r in shape.sizes if any(o.total >= r for o in free_opts)), default=None)
+        big = [o for o in free_opts if target is not None and o.total >= _per_node(shape.spec, o.host.view, target)]
+        if not big:
+            return []
+        best = min(big, key=lambda o: (-o.host.free(o.kind), o.rank, o.host.name))
+        return [best.host]
+    best_hosts: list[_Host] = []
+    best_key: tuple[int, str, str] | None = None
+    for (storage, kind), members in _groups(o for o in free_opts if o.total >= shape.spec.nproc).items():
+        if len(members) < shape.spec.nnodes:
+            continue
+        chosen = sorted(members, key=lambda o: (-o.host.free(o.kind), o.host.name))[: shape.spec.nnodes]
+        key = (-sum(o.host.free(o.kind) for o in chosen), storage, kind)
+        if best_key is None or key < best_key:
+            best_hosts, best_key = [o.host for o in chosen], key
+    return best_hosts
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Preemption
+
+
+def _victims_on(opt: _Option, need: int, priority: int, claimed: set[int]) -> list[_Victim] | None:
+    """Victims on one host that free `need` units: lowest priority, then youngest, then none redundant."""
+    free = opt.host.free(opt.kind)
+    if need > opt.total:
+        return None
+    chosen: list[_Victim] = []
+    for victim in opt.host.victims:
+        if free >= need:
+            break
+        if victim.priority >= priority or victim.job_id in claimed or victim.frees(opt.kind) == 0:
+            continue
+        chosen.append(victim)
+        free += victim.frees(opt.kind)
+    if free < need:
+        return None
+    for victim in reversed(list(chosen)):  # drop the most valuable ones that are not needed after all
+        if free - victim.frees(opt.kind) >= need:
+            chosen.remove(victim)
+            free -= victim.frees(opt.kind)
+    return chosen
+
+
+def _cost(victims: list[_Victim]) -> tuple[int, int]:
+    return (max((v.priority for v in victims), default=-(10**9)), len(victims))
+
+
+def _preempt_single(shape: _Shape, priority: int, claimed: set[int]) -> tuple[list[_Host], list[_Victim]] | None:
+    for ranks in shape.sizes:  # the fullest size that preemption can make room for
+        best: tuple[tuple[int, int, int, str], _Option, list[_Victim]] | None = None
+        for opt in shape.options:
+            if opt.host.reserved_by is not None:
+                continue
+            victims = _victims_on(opt, _per_node(shape.spec, opt.host.view, ranks), priority, claimed)
+            if not victims:
+                continue
+            key = (*_cost(victims), opt.rank, opt.host.name)
+            if best is None or key < best[0]:
+                best = (key, opt, victims)
+        if best is not None:
+            return [best[1].host], best[2]
+    return None
+
+
+def _preempt_gang(shape: _Shape, priority: int, claimed: set[int]) -> tuple[list[_Host], list[_Victim]] | None:
+    need, count = shape.spec.nproc, shape.spec.nnodes
+    best: tuple[tuple[int, int, str], list[_Host], list[_Victim]] | None = None
+    usable = [o for o in shape.options if o.host.reserved_by is None]
+    for (storage, _kind), members in sorted(_groups(usable).items()):
+        costed = []
+        for opt in members:
+            victims = _victims_on(opt, need, priority, claimed)
+            if victims is not None:
+                costed.append((_cost(victims), opt.host.name, opt.host, victims))
+        if len(costed) < count:
+            continue
+        costed.sort(key=lambda c: (c[0], c[1]))
+        chosen = costed[:count]
+        union = {v.job_id: v for c in chosen for v in c[3]}
+        key = (*_cost(list(union.values())), storage)
+        if union and (best is None or key < best[0]):
+            best = (key, [c[2] for c in chosen], list(union.values()))
+    return (best[1], best[2]) if best else None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Pending reasons
+
+
+def _free_list(options: Sequence[_Option], mixed: bool) -> str:
+    ordered = sorted(options, key=lambda o: (-o.host.free(o.kind), o.host.name))
+    words = []
+    for opt in ordered[:_LISTED_HOSTS]:
+        unit = f" {_unit(opt.kind, opt.total)}" if mixed else ""
+        words.append(f"{opt.host.name} {opt.host.free(opt.kind)} of {opt.total}{unit}")
+    if len(ordered) > _LISTED_HOSTS:
+        words.append(f"… and {len(ordered) - _LISTED_HOSTS} more")
+    return ", ".join(words)
+
+
+def _single_reason(shape: _Shape) -> str:
+    spec, kinds = shape.spec, {o.kind for o in shape.options}
+    if spec.sync == "dataparallel":
+        need = "needs every GPU of one host free (sync 'dataparallel')"
+    else:
+        need = f"needs {spec.nproc} {_units(kinds, spec.nproc)} on one host"
+        if len(shape.sizes) > 1:
+            need += f" (or at least {shape.sizes[-1]}, elastic)"
+    return f"{need}; most free: {_free_list(shape.options, len(kinds) > 1)}"
+
+
+def _gang_reason(shape: _Shape) -> str:
+    spec, kinds = shape.spec, {o.kind for o in shape.options}
+    need = f"needs {spec.nnodes} hosts with {spec.nproc} free {_units(kinds, spec.nproc)} each sharing a runs dir"
+    fitting = [o for o in shape.options if o.host.free(o.kind) >= spec.nproc]
+    if len(fitting) >= spec.nnodes:
+        dirs = ", ".join(sorted({f"{o.host.name}: {o.host.view.storage_id}" for o in fitting})[:_LISTED_HOSTS])
+        return f"{need}; enough hosts have room but no {spec.nnodes} of them share a runs dir ({dirs})"
+    listed = _free_list(fitting, len(kinds) > 1) if fitting else "no host has that much"
+    return f"{need}; free: {listed}"
+
+
+def _blocker(shape: _Shape) -> Waiting | None:
+    """The job whose reservation is all that keeps this one from starting, if any."""
+    if shape.spec.nnodes > 1:
+        gang = _best_gang(shape, ignore_reserved=True)
+        hosts = [o.host for o in gang] if gang else []
+    else:
+        hosts = []
+        for ranks in shape.sizes:
+            opt = _best_single(shape, ranks, ignore_reserved=True)
+            if opt is not None:
+                hosts = [opt.host]
+                break
+    owners = [h.reserved_by for h in hosts if h.reserved_by is not None]
+    return min(owners, key=queue_order) if owners else None
+
+
+def _reserved_names(shape: _Shape, owner: Waiting) -> str:
+    names = sorted(o.host.name for o in shape.options if o.host.reserved_by is owner)
+    return " and ".join(names) if len(names) <= 2 else ", ".join(names)
+
+
+def _capacity_reason(shape: _Shape) -> str:
+    blocker = _blocker(shape)
+    if blocker is not None:
+        return (
+            f"waiting behind job {blocker.job_id} (priority {blocker.priority}), which has "
+            f"{_reserved_names(shape, blocker)} reserved"
+        )
+    return _gang_reason(shape) if shape.spec.nnodes > 1 else _single_reason(shape)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One pass
+
+
+class _Pass:
+    def __init__(self, hosts: Sequence[HostView], usage: Sequence[Usage]) -> None:
+        self.plan = Plan()
+        self.pools: dict[str, list[_Host]] = {}
+        self.all_pool_hosts: dict[str, list[HostView]] = {}
+        self.version: dict[str, int] = {}  # bumped when a pool's free capacity or reservations change
+        self.easy_reserved: set[str] = set()  # pools whose one EASY reservation is taken
+        self.claimed: set[int] = set()  # victims already listed
+        self.shapes: dict[tuple[object, ...], _Shape] = {}
+        by_name: dict[str, _Host] = {}
+        for view in sorted(hosts, key=lambda h: h.name):
+            self.all_pool_hosts.setdefault(view.pool, []).append(view)
+            if not view.draining:
+                host = by_name[view.name] = _Host(view)
+                self.pools.setdefault(view.pool, []).append(host)
+        self._hold(usage, by_name)
+
+    @staticmethod
+    def _hold(usage: Sequence[Usage], by_name: dict[str, _Host]) -> None:
+        for use in usage:
+            for node in use.nodes:
+                host = by_name.get(node.host)
+                if host is None:
+                    continue
+                host.hold(node)
+                if use.preemptible:
+                    held = sum(1 for g in node.gpus if g in host.view.gpus)
+                    host.victims.append(_Victim(use.job_id, use.priority, held, node.slots))
+        for host in by_name.values():
+            host.victims.sort(key=lambda v: (v.priority, -v.job_id))
+
+    def shape(self, job: Waiting) -> _Shape:
+        key = _shape_key(job)
+        shape = self.shapes.get(key)
+        if shape is None:
+            options = []
+            for host in self.pools.get(job.pool, []):
+                kind = host_kind(job.spec, host.view)
+                if kind is not None:
+                    options.append(_Option(host, kind, _total(host.view, kind)))
+            shape = self.shapes[key] = _Shape(job.pool, job.spec, job.spec.elastic_sizes(), options)
+            shape.never = never_fits(job.spec, job.pool, self.all_pool_hosts[job.pool])
+        return shape
+
+    def consider(self, job: Waiting) -> None:
+        if job.pool not in self.pools:
+            self.plan.pending[job.job_id] = _no_pool_reason(job.pool, self.all_pool_hosts)
+            return
+        shape = self.shape(job)
+        if shape.never is not None or not shape.options:
+            self.plan.pending[job.job_id] = shape.never or f"no host of pool '{job.pool}' can run it"
+            return
+        fit = None if shape.failed else _fit(shape)
+        if fit is not None:
+            self.plan.placements.append(_launch(job, *fit))
+            self.version[job.pool] = self.version.get(job.pool, 0) + 1
+            return
+        shape.failed = True
+        self.blocked(job, shape)
+
+    def blocked(self, job: Waiting, shape: _Shape) -> None:
+        reason = self.reason(shape)  # before this job's own reservation changes the picture
+        if self.try_preempt(job, shape):
+            return
+        if job.pool not in self.easy_reserved:
+            hosts = _reservation(shape)
+            if hosts:
+                self.reserve(job, hosts)
+                self.easy_reserved.add(job.pool)
+        self.plan.pending[job.job_id] = reason
+
+    def reason(self, shape: _Shape) -> str:
+        version = self.version.get(shape.pool, 0)
+        if shape.reason is None or shape.reason[0] != version:
+            shape.reason = (version, _capacity_reason(shape))
+        return shape.reason[1]
+
+    def try_preempt(self, job: Waiting, shape: _Shape) -> bool:
+        if shape.preempt_failed_at is not None and job.priority <= shape.preempt_failed_at:
+            return False
+        if shape.spec.nnodes > 1:
+            found = _preempt_gang(shape, job.priority, self.claimed)
+        else:
+            found = _preempt_single(shape, job.priority, self.claimed)
+        if found is None:
+            shape.preempt_failed_at = job.priority
+            return False
+        hosts, victims = found
+        ids = sorted(v.job_id for v in victims)
+        for victim_id in ids:
+            self.plan.preempt[victim_id] = job.job_id
+            self.claimed.add(victim_id)
+        self.reserve(job, hosts)
+        self.easy_reserved.add(job.pool)
+        self.plan.pending[job.job_id] = f"waiting for preempted job(s) {', '.join(map(str, ids))} to checkpoint"
+        return True
+
+    def reserve(self, job: Waiting, hosts: list[_Host]) -> None:
+        for host in hosts:
+            host.reserved_by = job
+        self.version[job.pool] = self.version.get(job.pool, 0) + 1
+
+
+def _no_pool_reason(pool: str, all_pool_hosts: dict[str, list[HostView]]) -> str:
+    if pool in all_pool_hosts:
+        names = ", ".join(h.name for h in all_pool_hosts[pool][:_LISTED_HOSTS])
+        return f"every host of pool '{pool}' is draining ({names})"
+    return f"no host serves pool '{pool}'"
+
+
+def plan(waiting: Sequence[Waiting], hosts: Sequence[HostView], usage: Sequence[Usage]) -> Plan:
+    """One scheduling pass: what starts where, why the rest waits, and whom to preempt. Deterministic."""
+    state = _Pass(hosts, usage)
+    for job in sorted(waiting, key=queue_order):
+        state.consider(job)
+    return state.plan
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Refusals at submit
+
+
+def never_fits(spec: JobSpec, pool: str, hosts: Sequence[HostView]) -> str | None:
+    """None when some host of `pool` could run `spec` (all of it free), else why none ever could and what
+    to change. Compares with host totals; draining hosts count (they may come back)."""
+    members = [h for h in hosts if h.pool == pool]
+    if not members:
+        pools = sorted({h.pool for h in hosts})
+        where = f"submit to pool {', '.join(repr(p) for p in pools)}" if pools else "no host is registered yet"
+        return f"no host serves pool '{pool}': {where}"
+    reason = _device_refusal(spec, pool, members)
+    if reason is not None:
+        return reason
+    options = [(h, k) for h in members if (k := host_kind(spec, h)) is not None]
+    reason = _size_refusal(spec, pool, options)
+    if reason is not None or spec.nnodes == 1:
+        return reason
+    return _nodes_refusal(spec, pool, options)
+
+
+def _device_refusal(spec: JobSpec, pool: str, members: list[HostView]) -> str | None:
+    largest_gpus = max(len(h.gpus) for h in members)
+    if spec.sync == "dataparallel":
+        if spec.device == "cpu":
+            return "sync 'dataparallel' drives several GPUs: use device 'auto' or 'cuda', or sync 'ddp' on CPU"
+        if largest_gpus < 2:
+            return (
+                f"sync 'dataparallel' needs a host with at least 2 GPUs; the largest in pool '{pool}' has "
+                f"{largest_gpus}: use sync 'ddp'"
+            )
+    if spec.device == "cuda" and largest_gpus == 0:
+        return f"device 'cuda' but no host of pool '{pool}' has a GPU: use device 'cpu' or 'auto'"
+    return None
+
+
+def _size_refusal(spec: JobSpec, pool: str, options: list[tuple[HostView, str]]) -> str | None:
+    if spec.sync == "dataparallel" or not options:
+        return None
+    largest = max(_total(h, k) for h, k in options)
+    kinds = {k for _, k in options}
+    if any(w <= largest for w in spec.elastic_sizes()):
+        return None
+    if spec.min_nproc is not None:
+        fitting = [w for w in range(largest, 0, -1) if spec.nproc * spec.accumulation_steps % w == 0]
+        return (
+            f"min_nproc {spec.min_nproc} is more than the largest host of pool '{pool}' has ({largest} "
+            f"{_units(kinds, largest)}): "
+            f"lower min_nproc to {fitting[0]}"
+        )
+    return (
+        f"the job needs {spec.nproc} {_units(kinds, spec.nproc)} per host but the largest host of pool '{pool}' "
+        f"has {largest}: lower nproc to {largest} (raise accumulation_steps to keep the global batch) or set min_nproc"
+    )
+
+
+def _nodes_refusal(spec: JobSpec, pool: str, options: list[tuple[HostView, str]]) -> str | None:
+    big = [(h, k) for h, k in options if _total(h, k) >= spec.nproc]
+    counts: dict[tuple[str, str], int] = {}
+    for h, k in big:
+        counts[(h.storage_id, k)] = counts.get((h.storage_id, k), 0) + 1
+    sharing = max(counts.values(), default=0)
+    if sharing >= spec.nnodes:
+        return None
+    if len(big) >= spec.nnodes:
+        return (
+            f"nnodes {spec.nnodes} needs {spec.nnodes} hosts that share a runs dir; pool '{pool}' has at most "
+            f"{sharing} sharing one: lower nnodes to {sharing} (raise nproc or accumulation_steps to keep the "
+            f"global batch), or give the hosts one shared runs dir"
+        )
+    unit = _units((k for _, k in options), spec.nproc)
+    return (
+        f"nnodes {spec.nnodes} needs {spec.nnodes} hosts with {spec.nproc} {unit} each; pool '{pool}' has "
+        f"{len(big)}: lower nnodes to {max(len(big), 1)} (raise nproc or accumulation_steps to keep the global batch)"
+    )
