@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Query, status
+from fastapi.responses import FileResponse
 
 from api.deps import JobId, SessionDep, SettingsDep, job_or_404
 from api.models import ErrorDetail, LogChunk
@@ -22,6 +24,24 @@ def _ranks(run: RunDir, stream: str, attempt: int | None) -> list[int]:
     if not base.is_dir():
         return []
     return sorted({int(p.parent.name) for p in base.glob(f"**/{stream}.log") if _RANK_DIR.match(p.parent.name)})
+
+
+def _run_of(job_id: int, session, settings) -> RunDir:
+    job = job_or_404(session, job_id)
+    try:
+        return RunDir(run_dir_of(job, settings))
+    except UnsafePath as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has no readable run dir: {exc}") from None
+
+
+def _log_path(run: RunDir, rank: int, stream: str, attempt: int | None, settings) -> Path | None:
+    path = run.rank_log(rank, stream, attempt) if run.logs.is_dir() else None
+    if path is None:
+        return None
+    try:
+        return inside_runs_dir(path, settings.resolved_runs_dir)  # a symlinked log must not leave the runs dir
+    except UnsafePath as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"log refused: {exc}") from None
 
 
 @router.get("/jobs/{job_id}/logs", response_model=LogChunk, responses={404: {"model": ErrorDetail}})
@@ -42,19 +62,11 @@ def get_logs(  # noqa: PLR0913 (one parameter per query field)
         int | None, Query(ge=0, le=10_000, description="Read this attempt's logs (default: the newest log).")
     ] = None,
 ) -> LogChunk:
-    job = job_or_404(session, job_id)
-    try:
-        run = RunDir(run_dir_of(job, settings))
-    except UnsafePath as exc:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has no readable run dir: {exc}") from None
+    run = _run_of(job_id, session, settings)
     ranks = _ranks(run, stream, attempt)
-    path = run.rank_log(rank, stream, attempt) if run.logs.is_dir() else None
+    path = _log_path(run, rank, stream, attempt, settings)
     if path is None:
         return LogChunk(rank=rank, stream=stream, ranks=ranks, offset=offset, next_offset=offset, text="")
-    try:
-        path = inside_runs_dir(path, settings.resolved_runs_dir)  # a symlinked log must not leave the runs dir
-    except UnsafePath as exc:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"log refused: {exc}") from None
     with open(path, "rb") as fh:
         size = fh.seek(0, 2)
         start = max(0, size - tail) if tail is not None else min(offset, size)
@@ -67,4 +79,30 @@ def get_logs(  # noqa: PLR0913 (one parameter per query field)
         offset=start,
         next_offset=start + len(data),
         text=data.decode("utf-8", errors="replace"),
+    )
+
+
+@router.get(
+    "/jobs/{job_id}/logs/download",
+    response_class=FileResponse,
+    responses={200: {"content": {"text/plain": {}}, "description": "The whole log"}, 404: {"model": ErrorDetail}},
+)
+def download_log(
+    job_id: JobId,
+    session: SessionDep,
+    settings: SettingsDep,
+    rank: Annotated[int, Query(ge=0, le=4095)] = 0,
+    stream: Literal["stdout", "stderr"] = "stderr",
+    attempt: Annotated[int | None, Query(ge=0, le=10_000, description="This attempt's log (default: newest).")] = None,
+) -> FileResponse:
+    """One rank's whole stdout or stderr log as a file (`job_<id>_rank<r>_<stream>.log`)."""
+    path = _log_path(_run_of(job_id, session, settings), rank, stream, attempt, settings)
+    if path is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has no {stream} log for rank {rank}")
+    suffix = f"_attempt{attempt}" if attempt is not None else ""
+    return FileResponse(
+        path,
+        media_type="text/plain; charset=utf-8",
+        filename=f"job_{job_id}_rank{rank}_{stream}{suffix}.log",
+        headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"},
     )

@@ -29,7 +29,7 @@ from core.paths import UnsafePath, run_dir_of
 from core.resume import derived_name, resume_spec
 from core.settings import Settings
 from core.tables import Checkpoint, Job
-from trainer.spec import BUILTIN_DATA, BUILTIN_LOSSES, BUILTIN_MODELS, JobSpec
+from trainer.spec import BUILTIN_DATA, BUILTIN_LOSSES, BUILTIN_MODELS, BUILTIN_ONLY_FIELDS, JobSpec
 
 WEB_DIR = Path(__file__).resolve().parents[2] / "web"
 templates = Jinja2Templates(directory=str(WEB_DIR / "templates"))
@@ -202,7 +202,27 @@ def job_page(request: Request, settings: SettingsDep, job_id: Annotated[int, Pat
     csrf = session_csrf(request, settings)
     if csrf is None:
         return _to_login(request)
-    return _page(request, "job.html", csrf, nav="jobs", job_id=job_id)
+    return _page(request, "job.html", csrf, nav="jobs", job_id=job_id, spec_defaults_json=_SPEC_DEFAULTS_JSON)
+
+
+# The job page's configuration panel lists what differs from these first (and, for a script job,
+# leaves out the fields only the built-in trainer reads).
+_SPEC_DEFAULTS_JSON = (
+    json.dumps(
+        {"defaults": JobSpec.model_construct().model_dump(mode="json"), "builtin_only": list(BUILTIN_ONLY_FIELDS)}
+    )
+    .replace("<", "\\u003c")
+    .replace(">", "\\u003e")
+    .replace("&", "\\u0026")
+)
+
+
+@router.get("/hosts", response_class=HTMLResponse)
+def hosts_page(request: Request, settings: SettingsDep) -> Response:
+    csrf = session_csrf(request, settings)
+    if csrf is None:
+        return _to_login(request)
+    return _page(request, "hosts.html", csrf, nav="hosts")
 
 
 @router.get("/compare", response_class=HTMLResponse)

@@ -27,8 +27,8 @@ def test_submit_through_the_form_watch_it_succeed_and_download_a_checkpoint(page
     page.wait_for_function(
         "() => document.querySelector('#job-status').textContent === 'succeeded'", timeout=RUN_TIMEOUT_MS
     )
-    page.wait_for_function("() => Number(document.querySelector('#chart-loss').dataset.points) > 5")
-    page.wait_for_function("() => Number(document.querySelector('#chart-acc').dataset.points) > 0")
+    page.wait_for_function("() => Number(document.querySelector('#chart-loss')?.dataset.points) > 5")
+    page.wait_for_function("() => Number(document.querySelector('#chart-acc')?.dataset.points) > 0")
     page.wait_for_selector("#checkpoints-body tr")
     # The timeline is re-read 200 ms (debounced) after the status event that turned the badge green.
     page.wait_for_function("() => document.querySelectorAll('#job-timeline li').length >= 4")
@@ -60,7 +60,7 @@ def test_cancel_a_running_job(page, web_service) -> None:
     page.wait_for_function(
         "() => document.querySelector('#job-status').textContent === 'running'", timeout=RUN_TIMEOUT_MS
     )
-    page.wait_for_function("() => Number(document.querySelector('#chart-loss').dataset.points) > 0", timeout=60_000)
+    page.wait_for_function("() => Number(document.querySelector('#chart-loss')?.dataset.points) > 0", timeout=60_000)
     shot(page, "job-live-running")
     page.click("#cancel-job")
     page.wait_for_function("() => document.querySelector('#job-status').textContent === 'cancelled'", timeout=60_000)

@@ -37,6 +37,7 @@ def test_job_page_shows_timeline_charts_checkpoints_and_logs(page, web_service, 
 
     # Zoom: drag across the loss chart → every chart re-asks for the visible steps.
     over = page.locator("#chart-loss .u-over")
+    over.scroll_into_view_if_needed()
     box = over.bounding_box()
     with page.expect_response(lambda r: "/metrics" in r.url and "start_step" in r.url):
         page.mouse.move(box["x"] + box["width"] * 0.4, box["y"] + 40)
@@ -80,11 +81,24 @@ def test_failed_job_shows_error_and_rank_at_the_top(page, web_service, db) -> No
         spec={"nproc": 2},
     )
     seed_curves(db, job, 120)
+    seed_logs(job, ranks=2)
     page.goto(f"{web_service.base}/jobs/{job.id}")
     page.wait_for_selector("#job-error:not([hidden])")
     assert "rank 1" in page.locator("#job-error-title").inner_text()
-    assert "out of memory" in page.locator("#job-error-text").inner_text()
+    # The cause in one line; the traceback folded beneath it.
+    assert page.locator("#job-error-cause").inner_text().startswith("RuntimeError: CUDA out of memory")
+    assert not page.locator("#job-traceback").evaluate("d => d.open")
+    assert "out of memory" in page.locator("#job-error-text").text_content()
     assert page.locator("#cancel-job").is_hidden()
+    # The failing rank's log, opened at its end, right under the failure.
+    assert page.locator("#log-rank").input_value() == "1"
+    page.wait_for_function("() => document.querySelector('#log-text').textContent.includes('[rank 1] step   990')")
+    page.wait_for_function("() => { const p = document.querySelector('#log-text'); "
+                           "return p.scrollTop > 0 && p.scrollTop + p.clientHeight >= p.scrollHeight - 2; }")  # fmt: skip
+    assert page.evaluate("() => document.querySelector('#job-error').nextElementSibling.id") == "logs-card"
+    # A finished job leads with its result: no progress bar, no ETA.
+    assert page.locator("#job-progress-row").is_hidden()
+    assert "ETA" not in page.locator("#job-stats").inner_text()
     shot(page, "job-failed")
 
 

@@ -1,12 +1,14 @@
-// Job page: header, failure banner, progress, code bundle, timeline, charts, checkpoints, logs.
-// One SSE connection (GET /api/jobs/{id}/stream) feeds status, progress, metric points and
+// Job page: the outcome first (a failure's cause, why a queued job waits, a finished job's final and
+// best validation values), then progress, configuration, code bundle, charts, timeline, checkpoints,
+// logs. One SSE connection (GET /api/jobs/{id}/stream) feeds status, progress, metric points and
 // checkpoints; the first render and every status change read the job over REST.
 import { api, ApiError } from "./api.js";
 import { $, h, setText, debounce } from "./dom.js";
-import { MetricChart } from "./charts.js";
+import { MetricPanel, outcomeOf } from "./job_charts.js";
+import { fmtValue } from "./charts.js";
 import { LogView } from "./logs.js";
 import {
-  fmtBytes, fmtClock, fmtDuration, fmtInt, fmtNumber, fmtRate, jobDuration, parseTime, progressFraction, statusBadge, TERMINAL,
+  fmtAgo, fmtBytes, fmtClock, fmtDuration, fmtInt, fmtNumber, fmtRate, jobDuration, parseTime, progressFraction, statusBadge, TERMINAL,
 } from "./format.js";
 import { setProgress } from "./progress.js";
 
@@ -15,21 +17,27 @@ let job = null;
 let stream = null;
 let fallbackTimer = null;
 
-const charts = {
-  loss: new MetricChart($("#chart-loss"), { jobId, names: ["train/loss", "val/loss"], yLabel: "loss" }),
-  acc: new MetricChart($("#chart-acc"), { jobId, names: ["val/accuracy"], yLabel: "accuracy", colors: ["#16a34a"] }),
-  lr: new MetricChart($("#chart-lr"), { jobId, names: ["lr"], yLabel: "lr", colors: ["#9333ea"] }),
-};
-// Zooming one chart zooms all of them to the same steps; resetting one resets all.
-for (const chart of Object.values(charts)) {
-  chart.onZoomCb = (min, max, source) => {
-    for (const other of Object.values(charts)) if (other !== source) other.zoomTo(min, max);
-  };
-  chart.onReset = (source) => {
-    for (const other of Object.values(charts)) if (other !== source) other.resetZoom(false);
-  };
-}
+const SMOOTHING_KEY = "rankzero.smoothing";
+const storedSmoothing = Number(localStorage.getItem(SMOOTHING_KEY));
+const smoothing = Number.isFinite(storedSmoothing) && localStorage.getItem(SMOOTHING_KEY) !== null ? storedSmoothing : 0.6;
+$("#smoothing").value = String(smoothing);
+setText($("#smoothing-value"), smoothing.toFixed(2));
+const panel = new MetricPanel($("#charts-body"), { jobId, smoothing, onChange: () => { renderChartsEmpty(); renderOutcome(); } });
 const logs = new LogView(jobId);
+
+function renderChartsEmpty() {
+  const none = panel.charts.size === 0;
+  let text = "";
+  if (none && job && panel.loaded) {
+    if (job.status === "queued" || job.status === "starting") text = "Charts appear when the job reports its first metrics.";
+    else if (job.status === "failed") text = "This job recorded no metrics before it failed.";
+    else if (TERMINAL.has(job.status)) text = "This job recorded no metrics.";
+    else text = "No metrics yet: charts appear with the first logged value.";
+  }
+  const el = $("#charts-empty");
+  el.hidden = !text;
+  setText(el, text);
+}
 
 function message(text, kind = "") {
   const el = $("#job-message");
@@ -47,14 +55,130 @@ function renderJob(j) {
   badge.className = `badge badge-${job.status}`;
   // A script job's batch is its own business: the spec's default batch_size says nothing about it.
   const batch = job.global_batch_size && !job.spec?.entrypoint ? `global batch ${fmtInt(job.global_batch_size)}` : null;
+  const script = Boolean(job.spec?.entrypoint);
   const facts = [job.strategy, batch,
-    job.spec?.model?.name && `model ${job.spec.model.name}`, job.spec?.data?.name && `data ${job.spec.data.name}`,
-    job.worker_host && `on ${job.worker_host}`, job.attempt > 1 ? `attempt ${job.attempt}` : null].filter(Boolean);
+    !script && job.spec?.model?.name && `model ${job.spec.model.name}`, !script && job.spec?.data?.name && `data ${job.spec.data.name}`,
+    !job.placement && job.worker_host && `on ${job.worker_host}`, job.attempt > 1 ? `attempt ${job.attempt}` : null,
+    job.priority ? `priority ${job.priority}` : null,
+    job.host_losses ? `lost its host ${job.host_losses === 1 ? "once" : `${job.host_losses} times`}` : null].filter(Boolean);
   setText($("#job-facts"), facts.join(" · "));
   $("#cancel-job").hidden = TERMINAL.has(job.status) || job.status === "cancelling";
+  renderPlacement(job);
+  renderWaiting(job);
   renderCode(job);
   renderFailure();
   renderProgress(job);
+  renderConfig(job);
+  renderOutcome();
+  renderChartsEmpty();
+}
+
+/** Where it runs: its hosts, and for an elastic fit, how many of its ranks it got. */
+function renderPlacement(j) {
+  const el = $("#job-placement");
+  const p = j.placement;
+  const live = !TERMINAL.has(j.status);
+  if (!p || !Array.isArray(p.nodes) || !p.nodes.length) { el.hidden = true; return; }
+  const hosts = p.nodes.map((n) => n.host);
+  const parts = [`${live ? "Running" : "Ran"} on ${hosts.join(", ")}`];
+  const wanted = j.spec?.nproc;
+  if (p.nproc && wanted && p.nproc < wanted) {
+    parts.push(`on ${p.nproc} of ${wanted} ranks${p.accumulation_steps ? ` (accumulation ×${p.accumulation_steps})` : ""}: the same global batch, fewer processes`);
+  }
+  const gpus = p.nodes.flatMap((n) => (n.gpus || []).map((g) => `${n.host}:${g}`));
+  el.hidden = false;
+  el.replaceChildren(h("span", {}, parts.join(" ")), gpus.length ? h("span", { class: "muted" }, ` · GPUs ${gpus.join(", ")}`) : null);
+}
+
+/** A queued job says why it waits (pending_reason when the scheduler gives one). */
+function renderWaiting(j) {
+  const box = $("#job-waiting");
+  const waiting = j.status === "queued";
+  box.hidden = !waiting;
+  if (!waiting) return;
+  const reason = j.pending_reason || "Waiting for a worker with free slots to pick it up.";
+  setText($("#job-waiting-title"), `Queued ${fmtAgo(j.created_at)}`);
+  const extra = [j.priority ? `Priority ${j.priority}.` : null, j.spec?.preemptible ? "Preemptible." : null].filter(Boolean).join(" ");
+  setText($("#job-waiting-text"), extra ? `${reason} ${extra}` : reason);
+}
+
+/** The spec, flattened to dotted keys; what differs from the defaults first. */
+const specInfo = (() => { try { return JSON.parse($("#spec-defaults").textContent); } catch { return { defaults: {}, builtin_only: [] }; } })();
+
+function flatten(value, prefix = "", out = new Map()) {
+  if (value && typeof value === "object" && !Array.isArray(value) && Object.keys(value).length) {
+    for (const [k, v] of Object.entries(value)) flatten(v, prefix ? `${prefix}.${k}` : k, out);
+  } else if (prefix) {
+    out.set(prefix, value);
+  }
+  return out;
+}
+
+function showValue(v) {
+  if (v === null || v === undefined) return "none";
+  if (typeof v === "object") return JSON.stringify(v);
+  return String(v);
+}
+
+let configShown = null;
+function renderConfig(j) {
+  const key = JSON.stringify(j.spec || {});
+  if (key === configShown) return;
+  configShown = key;
+  const spec = flatten(j.spec || {});
+  const defaults = flatten(specInfo.defaults || {});
+  const script = Boolean(j.spec?.entrypoint);
+  const skip = new Set(script ? specInfo.builtin_only : []);
+  skip.add("name");
+  const changed = [];
+  const same = [];
+  for (const [path, v] of spec) {
+    if (skip.has(path.split(".")[0])) continue;
+    const d = defaults.has(path) ? defaults.get(path) : undefined;
+    if (showValue(v) === showValue(d) || (d === undefined && (v === null || (typeof v === "object" && !Object.keys(v || {}).length)))) same.push([path, v]);
+    else changed.push([path, v, d]);
+  }
+  $("#config-changed-body").replaceChildren(...changed.map(([path, v, d]) => h("tr", { dataset: { path } },
+    h("th", { scope: "row" }, h("code", {}, path)),
+    h("td", { class: "config-value" }, showValue(v)),
+    h("td", { class: "muted" }, d === undefined ? "–" : showValue(d)))));
+  $("#config-changed").hidden = changed.length === 0;
+  $("#config-defaults-body").replaceChildren(...same.map(([path, v]) => h("tr", { dataset: { path } },
+    h("th", { scope: "row" }, h("code", {}, path)), h("td", { class: "config-value" }, showValue(v)))));
+  setText($("#config-defaults-summary"), `${same.length} settings left at their defaults`);
+  setText($("#config-summary"), changed.length
+    ? `${changed.length} ${changed.length === 1 ? "setting differs" : "settings differ"} from the defaults${script ? " (a script job: the built-in trainer's settings are left out)" : ""}.`
+    : "Every setting is at its default.");
+}
+
+/** Final and best of each val/* series (and the final train loss) with their steps; a finished job leads with them. */
+function renderOutcome() {
+  if (!job) return;
+  const names = panel.names().filter((n) => n.startsWith("val/")).sort();
+  const rows = names.map((n) => outcomeOf(n, panel.full.get(n))).filter(Boolean);
+  const terminal = TERMINAL.has(job.status);
+  const box = $("#job-outcome");
+  box.hidden = !terminal && rows.length === 0;
+  if (box.hidden) return;
+  const steps = job.total_steps && job.status !== "succeeded" ? `${fmtInt(job.step)} of ${fmtInt(job.total_steps)} steps` : `${fmtInt(job.step)} steps`;
+  const lead = {
+    succeeded: `Finished ${steps} in ${fmtDuration(jobDuration(job))}.`,
+    failed: `Failed after ${steps} (${fmtDuration(jobDuration(job))}).`,
+    cancelled: `Cancelled after ${steps} (${fmtDuration(jobDuration(job))}).`,
+  }[job.status] || `So far, at step ${fmtInt(job.step)}:`;
+  setText($("#job-outcome-lead"), lead);
+  setText($("#outcome-h"), terminal ? "Result" : "Best so far");
+  const items = rows.map((r) => h("div", { class: "outcome-item", dataset: { metric: r.name } },
+    h("dt", {}, r.name),
+    h("dd", {}, h("span", { class: "outcome-final" }, fmtValue(r.final)), h("span", { class: "muted" }, ` final, step ${fmtInt(r.finalStep)}`)),
+    h("dd", { class: "outcome-best" }, `best ${fmtValue(r.best)} at step ${fmtInt(r.bestStep)}${r.higher ? " (max)" : " (min)"}`)));
+  const train = panel.full.get("train/loss");
+  if (train?.xs.length || job.latest_loss !== null) {
+    const last = train?.xs.length ? train.ys[train.ys.length - 1] : job.latest_loss;
+    items.push(h("div", { class: "outcome-item", dataset: { metric: "train/loss" } },
+      h("dt", {}, "train/loss"), h("dd", {}, h("span", { class: "outcome-final" }, fmtValue(job.latest_loss ?? last)), h("span", { class: "muted" }, " final"))));
+  }
+  $("#job-outcome-values").replaceChildren(...items);
 }
 
 // The job's code bundle (spec `code`): sha256 (short; the full one on hover and by "Copy"), size, file
@@ -132,7 +256,26 @@ function renderFailure() {
   const where = job.failed_rank !== null && job.failed_rank !== undefined ? ` on rank ${job.failed_rank}` : "";
   const code = job.exit_code !== null && job.exit_code !== undefined ? ` (exit code ${job.exit_code})` : "";
   setText($("#job-error-title"), `Failed${where}${code}`);
+  setText($("#job-error-cause"), causeOf(job.error));
   setText($("#job-error-text"), job.error || "No error message was recorded.");
+  $("#job-traceback").hidden = !job.error || !job.error.includes("\n");
+  if (!failureShown) {
+    failureShown = true;
+    // The failing rank's log, opened at its end, right under the cause.
+    $("#job-error").after($("#logs-card"));
+    logs.finished = true;
+    $("#log-follow").checked = false;
+    logs.showRank(job.failed_rank ?? 0, "stderr");
+  }
+}
+let failureShown = false;
+
+/** The one line that says why: the last "SomeError: message" line of a traceback, else its first line. */
+export function causeOf(error) {
+  if (!error) return "No error message was recorded.";
+  const lines = error.split("\n").map((l) => l.trim()).filter(Boolean);
+  const exc = lines.filter((l) => /^([A-Za-z_][\w.]*)?(Error|Exception|Interrupt|Exit|Warning|Failure)\b.*/.test(l) || /^[A-Za-z_][\w.]*(Error|Exception): /.test(l));
+  return exc.length ? exc[exc.length - 1] : lines[0];
 }
 
 function renderProgress(p) {
@@ -142,7 +285,18 @@ function renderProgress(p) {
   const steps = merged.total_steps ? `step ${fmtInt(merged.step)} of ${fmtInt(merged.total_steps)} (${Math.round(fraction * 100)}%)` : `step ${fmtInt(merged.step || 0)}`;
   setText($("#job-progress-text"), steps);
   const running = merged.status === "running";
-  const stats = [
+  const terminal = TERMINAL.has(merged.status);
+  // A finished job leads with its result (above); no full bar and "ETA –" here.
+  $("#job-progress-row").hidden = terminal || merged.status === "queued";
+  const stats = terminal ? [
+    ["Steps", merged.total_steps && merged.status !== "succeeded" ? `${fmtInt(merged.step)} / ${fmtInt(merged.total_steps)}` : fmtInt(merged.step)],
+    ["Epoch", fmtInt(merged.epoch)],
+    ["Samples seen", fmtInt(merged.samples)],
+    ["Last samples/s", fmtRate(merged.samples_per_s)],
+    ["Final loss", fmtNumber(merged.latest_loss)],
+    ["Started", fmtClock(merged.started_at)],
+    ["Duration", fmtDuration(jobDuration(merged))],
+  ] : [
     [running ? "Samples/s" : "Last samples/s", fmtRate(merged.samples_per_s)],
     ["ETA", running ? fmtDuration(merged.eta_s) : "–"],
     ["Epoch", fmtInt(merged.epoch)],
@@ -152,7 +306,7 @@ function renderProgress(p) {
     ["Duration", fmtDuration(jobDuration(merged))],
   ];
   const dl = $("#job-stats");
-  if (dl.children.length !== stats.length) {
+  if (dl.children.length !== stats.length || dl.firstElementChild?.firstElementChild.textContent !== stats[0][0]) {
     dl.replaceChildren(...stats.map(([k]) => h("div", {}, h("dt", {}, k), h("dd"))));
   }
   stats.forEach(([k, v], i) => {
@@ -209,7 +363,7 @@ async function loadCheckpoints() {
 }
 
 function loadCharts() {
-  return Promise.all(Object.values(charts).map((c) => c.loadFull()));
+  return panel.loadFull();
 }
 
 function onEnd() {
@@ -232,8 +386,7 @@ function startLive() {
   });
   stream.addEventListener("progress", (e) => renderProgress(Object.assign(job, JSON.parse(e.data))));
   stream.addEventListener("metrics", (e) => {
-    const points = JSON.parse(e.data);
-    for (const chart of Object.values(charts)) chart.append(points);
+    panel.append(JSON.parse(e.data));
   });
   stream.addEventListener("checkpoint", () => loadCheckpoints().catch(() => {}));
   stream.addEventListener("end", onEnd);
@@ -266,25 +419,27 @@ $("#cancel-job").addEventListener("click", async () => {
 
 $("#code-files").addEventListener("toggle", () => { loadCodeFiles(); });
 $("#code-copy").addEventListener("click", () => { copySha(); });
-$("#log-scale").addEventListener("change", (e) => {
-  charts.loss.setLog(e.target.checked);
-  charts.lr.setLog(e.target.checked);
-});
-$("#reset-zoom").addEventListener("click", () => {
-  for (const chart of Object.values(charts)) chart.resetZoom(false);
+$("#log-scale").addEventListener("change", (e) => panel.setLogAll(e.target.checked));
+$("#reset-zoom").addEventListener("click", () => panel.resetZoom());
+$("#smoothing").addEventListener("input", (e) => {
+  const w = Number(e.target.value);
+  setText($("#smoothing-value"), w.toFixed(2));
+  localStorage.setItem(SMOOTHING_KEY, String(w));
+  panel.setSmoothing(w);
 });
 // Durations and "ago" texts move with the clock even when no event arrives.
-setInterval(() => { if (job && !TERMINAL.has(job.status)) renderProgress({}); }, 1000);
+setInterval(() => { if (job && !TERMINAL.has(job.status)) { renderProgress({}); renderWaiting(job); } }, 1000);
 
 async function main() {
   // The charts' requests go out with the job's, not after it: that is most of the first draw.
   const charts = loadCharts();
   const detail = await loadJob();
   await Promise.all([charts, loadCheckpoints()]);
+  renderOutcome();
   if (TERMINAL.has(detail.status)) {
     $("#log-follow").checked = false;
     logs.finished = true;
-    logs.poll();
+    if (detail.status !== "failed") logs.poll();
   } else {
     startLive();
     logs.poll();

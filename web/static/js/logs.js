@@ -1,11 +1,14 @@
 // Per-rank log viewer: reads a rank's stdout/stderr by byte offset and, while following, polls
-// for what was appended since (GET /api/jobs/{id}/logs?rank&stream&offset).
+// for what was appended since (GET /api/jobs/{id}/logs?rank&stream&offset). Search highlights every
+// match in the text in hand (the CSS Custom Highlight API: the log stays one text node) and steps
+// through them; "Download" fetches the rank's whole log (GET /api/jobs/{id}/logs/download).
 import { api, ApiError } from "./api.js";
-import { $, h, setText } from "./dom.js";
+import { $, h, setText, debounce } from "./dom.js";
 
 const POLL_MS = 1500;
 const MAX_CHARS = 400_000; // keep the <pre> light; older text is dropped from the top
 const FIRST_TAIL = 65_536; // the first read shows the end of a long log, not its start
+const MAX_MATCHES = 5000;
 
 export class LogView {
   constructor(jobId) {
@@ -14,22 +17,52 @@ export class LogView {
     this.rankSelect = $("#log-rank");
     this.streamSelect = $("#log-stream");
     this.followBox = $("#log-follow");
+    this.search = $("#log-search");
     this.offset = null;
     this.timer = null;
     this.finished = false;
     this.busy = false;
     this.again = false;
     this.generation = 0;
+    this.matches = [];
+    this.current = -1;
     this.rankSelect.addEventListener("change", () => this.restart());
     this.streamSelect.addEventListener("change", () => this.restart());
     this.followBox.addEventListener("change", () => { if (this.followBox.checked) this.poll(); });
+    const research = debounce(() => this.find(0), 150);
+    this.search.addEventListener("input", research);
+    this.search.addEventListener("keydown", (e) => {
+      if (e.key === "Enter") { e.preventDefault(); this.step(e.shiftKey ? -1 : 1); }
+    });
+    $("#log-next").addEventListener("click", () => this.step(1));
+    $("#log-prev").addEventListener("click", () => this.step(-1));
+    this.updateDownload();
   }
 
   restart() {
     this.generation += 1; // a read still in flight for the old rank/stream is dropped
     this.offset = null;
     this.pre.textContent = "";
+    this.updateDownload();
     this.poll();
+  }
+
+  /** Opens one rank's stream at its end (a failed job's failing rank). */
+  showRank(rank, stream = "stderr") {
+    const value = String(rank);
+    if (!Array.from(this.rankSelect.options).some((o) => o.value === value)) {
+      this.rankSelect.append(h("option", { value }, value));
+    }
+    this.rankSelect.value = value;
+    this.streamSelect.value = stream;
+    this.restart();
+  }
+
+  updateDownload() {
+    const q = new URLSearchParams({ rank: this.rankSelect.value, stream: this.streamSelect.value });
+    const link = $("#log-download");
+    link.href = `/api/jobs/${this.jobId}/logs/download?${q}`;
+    link.setAttribute("aria-label", `Download rank ${this.rankSelect.value}'s ${this.streamSelect.value}`);
   }
 
   /** The job ended: one last read picks up the final lines, then polling stops. */
@@ -69,13 +102,16 @@ export class LogView {
   }
 
   appendText(text) {
+    const first = this.pre.dataset.empty !== "false";
     const atBottom = this.pre.scrollTop + this.pre.clientHeight >= this.pre.scrollHeight - 8;
     let current = this.pre.dataset.empty === "true" ? "" : this.pre.textContent;
     this.pre.dataset.empty = "false";
     current += text;
     if (current.length > MAX_CHARS) current = `…\n${current.slice(current.length - MAX_CHARS)}`;
     this.pre.textContent = current;
-    if (this.followBox.checked || atBottom) this.pre.scrollTop = this.pre.scrollHeight;
+    // A log opens at its end (where a failure is); later reads keep the reader's place unless following.
+    if (first || this.followBox.checked || atBottom) this.pre.scrollTop = this.pre.scrollHeight;
+    if (this.search.value) this.find(null);
   }
 
   emptyText() {
@@ -90,5 +126,49 @@ export class LogView {
     const current = this.rankSelect.value;
     this.rankSelect.replaceChildren(...ranks.map((r) => h("option", { value: r }, String(r))));
     this.rankSelect.value = ranks.map(String).includes(current) ? current : String(ranks[0]);
+    this.updateDownload();
+  }
+
+  /** Every match of the search text (case-insensitive) highlighted; `jump`: the match to show (null: keep). */
+  find(jump) {
+    const needle = this.search.value.toLowerCase();
+    const node = this.pre.firstChild;
+    this.matches = [];
+    if (needle && node && this.pre.dataset.empty === "false") {
+      const hay = node.textContent.toLowerCase();
+      for (let i = hay.indexOf(needle); i >= 0 && this.matches.length < MAX_MATCHES; i = hay.indexOf(needle, i + needle.length)) {
+        this.matches.push(i);
+      }
+    }
+    if (jump !== null) this.current = this.matches.length ? 0 : -1;
+    else if (this.current >= this.matches.length) this.current = this.matches.length - 1;
+    this.paint(jump !== null);
+  }
+
+  step(delta) {
+    if (!this.matches.length) { this.find(0); return; }
+    this.current = (this.current + delta + this.matches.length) % this.matches.length;
+    this.paint(true);
+  }
+
+  paint(scroll) {
+    const needle = this.search.value;
+    const node = this.pre.firstChild;
+    const count = this.matches.length;
+    setText($("#log-matches"), !needle ? "" : count ? `${this.current + 1} of ${count}${count >= MAX_MATCHES ? "+" : ""}` : "no match");
+    this.pre.dataset.matches = String(count);
+    if (!globalThis.CSS?.highlights || typeof Highlight === "undefined") return;
+    CSS.highlights.delete("log-match");
+    CSS.highlights.delete("log-current");
+    if (!count || !node) return;
+    const range = (at) => { const r = new Range(); r.setStart(node, at); r.setEnd(node, at + needle.length); return r; };
+    CSS.highlights.set("log-match", new Highlight(...this.matches.map(range)));
+    const cur = range(this.matches[this.current]);
+    CSS.highlights.set("log-current", new Highlight(cur));
+    if (scroll) {
+      const box = cur.getBoundingClientRect();
+      const pre = this.pre.getBoundingClientRect();
+      this.pre.scrollTop += box.top - pre.top - this.pre.clientHeight / 3;
+    }
   }
 }
