@@ -9,9 +9,11 @@ so the safe loader reads it; its keys are `TrainingState`'s fields, in that orde
 
 from __future__ import annotations
 
+import copy as copy_module
 import hashlib
 import io
 import os
+import threading
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -146,3 +148,87 @@ def load(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise FileNotFoundError(f"resume_from {str(p)!r} does not exist; point it at a checkpoints/step_*.pt file")
     return torch.load(p, map_location="cpu", weights_only=True)
+
+
+# ------------------------------------------------------------------------------------ async saving
+def snapshot(obj: Any) -> Any:
+    """A host copy of `obj` (nested dicts / lists / tuples of tensors and plain values) that later
+    training cannot change: each tensor storage is copied to the CPU once, and every tensor becomes the
+    same view of its copy, so `torch.save` of the snapshot writes what it would have written of `obj`
+    (same storages, same sharing, byte for byte on CPU). This is all a step waits for."""
+    with torch.no_grad():
+        return _snap(obj, {})
+
+
+def _snap(obj: Any, memo: dict[int, torch.UntypedStorage]) -> Any:
+    if isinstance(obj, torch.Tensor):
+        storage = obj.untyped_storage()
+        key = storage._cdata  # what torch.save tells storages apart by
+        copy = memo.get(key)
+        if copy is None:
+            copy = memo[key] = torch.UntypedStorage(storage.nbytes(), device="cpu")
+            copy.copy_(storage)
+        return torch.empty(0, dtype=obj.dtype).set_(copy, obj.storage_offset(), obj.size(), obj.stride())
+    if isinstance(obj, dict):
+        out = type(obj)((k, _snap(v, memo)) for k, v in obj.items())
+        if getattr(obj, "__dict__", None):  # a state_dict's `_metadata` (module versions)
+            out.__dict__.update(copy_module.deepcopy(obj.__dict__))
+        return out
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_snap(v, memo) for v in obj)
+    return copy_module.deepcopy(obj)
+
+
+class AsyncCheckpointWriter:
+    """Serializes, writes (`write_atomic`: temp name, fsync, rename, sha256) and prunes on a background
+    thread, so the training step only waits for `snapshot`. At most one save is in flight: `submit`
+    waits for the previous one first. A finished save is handed back by `poll` / `wait` on the
+    caller's thread (which emits its event), a failed one is raised there, so nothing is recorded for
+    a file that was not written and the run fails as a synchronous save would have."""
+
+    def __init__(self, run_dir: RunDir, keep_last: int) -> None:
+        self.run_dir, self.keep_last = run_dir, keep_last
+        self._thread: threading.Thread | None = None
+        self._result: SavedCheckpoint | None = None
+        self._error: BaseException | None = None
+        self._meta: Any = None
+
+    @property
+    def in_flight(self) -> bool:
+        return self._thread is not None
+
+    def submit(self, path: Path, payload: dict[str, Any], meta: Any = None) -> list[tuple[SavedCheckpoint, Any]]:
+        """Start saving `payload` (already a `snapshot`) to `path`. Returns the previous save if it had to
+        be waited for (its event is still to emit); raises its error if it failed."""
+        done = self.wait()
+        self._meta = meta
+        self._thread = threading.Thread(target=self._write, args=(path, payload), name="checkpoint-writer")
+        self._thread.start()
+        return done
+
+    def _write(self, path: Path, payload: dict[str, Any]) -> None:
+        try:
+            self._result = write_atomic(path, payload)
+            prune(self.run_dir, self.keep_last)
+        except BaseException as exc:  # handed to the training thread by poll / wait
+            self._error = exc
+
+    def poll(self) -> list[tuple[SavedCheckpoint, Any]]:
+        """[(saved, meta)] when the save in flight has finished since the last call, else []; raises
+        the save's error if it failed. Costs one attribute read while a save is running."""
+        if self._thread is None or self._thread.is_alive():
+            return []
+        return self.wait()
+
+    def wait(self) -> list[tuple[SavedCheckpoint, Any]]:
+        """Wait for the save in flight (if any): [(saved, meta)], or its error raised."""
+        if self._thread is None:
+            return []
+        self._thread.join()
+        self._thread = None
+        error, result, meta = self._error, self._result, self._meta
+        self._error = self._result = self._meta = None
+        if error is not None:
+            raise error
+        assert result is not None
+        return [(result, meta)]

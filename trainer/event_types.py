@@ -33,6 +33,9 @@ class Started(TypedDict, total=False):
     global_batch_size: int
     start_step: int
     resumed_from: str | None
+    # Optional (the built-in trainer's): seconds since the rank's process started at the end of each
+    # start-up phase: {"imports", "rendezvous", "data", "build"} (trainer/startup.py).
+    startup: dict[str, float]
 
 
 class Progress(TypedDict, total=False):
@@ -42,6 +45,9 @@ class Progress(TypedDict, total=False):
     samples: int
     samples_per_s: float
     eta_s: float | None
+    # Optional, in the built-in trainer's first progress event of an attempt: seconds from process
+    # start to the end of the first optimizer step (with `compile: true`, compilation included).
+    first_step_s: float
 
 
 class Metric(TypedDict):

@@ -9,6 +9,7 @@ Torch-free, so the worker and the API can import it.
     <run>/logs/attempt_N/                   torchrun --log-dir of attempt N (per-rank stdout/stderr, error.json)
     <run>/tensorboard/                      RANKZERO_TENSORBOARD_DIR: a script's SummaryWriter files (ingested)
     <run>/work/                             a script job's working folder: the bundle's files (links) + what it writes
+    <run>/compile_cache/                    `compile: true`: torch.compile's caches (inductor/, triton/)
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ class RunDir:
     @property
     def work(self) -> Path:
         return self.root / "work"
+
+    @property
+    def compile_cache(self) -> Path:
+        """`compile: true`: torch.compile's caches (inductor's kernels, Triton's), kept for a resumed attempt."""
+        return self.root / "compile_cache"
 
     def checkpoint_path(self, step: int) -> Path:
         return self.checkpoints / f"step_{step:08d}.pt"

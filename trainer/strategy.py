@@ -11,6 +11,10 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import os
+import shutil
+import sys
 
 import torch
 import torch.distributed as dist
@@ -18,6 +22,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from trainer.dist import DistContext
+from trainer.run_dir import RunDir
 from trainer.spec import JobSpec
 
 
@@ -44,10 +49,10 @@ class DDPStrategy(Strategy):
     def __init__(self, module: nn.Module, ctx: DistContext) -> None:
         super().__init__(module)
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-        self.model = DDP(module, device_ids=device_ids)
+        self.model = self.ddp = DDP(module, device_ids=device_ids)
 
     def micro_step(self, last: bool) -> contextlib.AbstractContextManager:
-        return contextlib.nullcontext() if last else self.model.no_sync()
+        return contextlib.nullcontext() if last else self.ddp.no_sync()
 
 
 class ManualStrategy(Strategy):
@@ -107,3 +112,30 @@ def build_strategy(spec: JobSpec, module: nn.Module, ctx: DistContext) -> Strate
     if spec.sync_batchnorm:
         module = nn.SyncBatchNorm.convert_sync_batchnorm(module)
     return DDPStrategy(module, ctx)
+
+
+def compile_missing(device: torch.device) -> str | None:
+    """Why torch.compile's default backend (inductor) cannot build kernels here, or None if it can:
+    on CPU it compiles C++ (needs a compiler), on CUDA it needs Triton."""
+    if device.type == "cuda":
+        return None if importlib.util.find_spec("triton") is not None else "the triton package is not installed"
+    compilers = [os.environ.get("CXX"), "g++", "clang++", "c++"]
+    if any(c and shutil.which(c) for c in compilers):
+        return None
+    return "no C++ compiler found (CXX, g++, clang++ or c++ on PATH)"
+
+
+def compile_model(strategy: Strategy, run: RunDir, ctx: DistContext) -> bool:
+    """`compile: true`: torch.compile what the loss calls (the DDP wrapper, so its optimizer splits the
+    graph at bucket boundaries; checkpoints keep the plain module's names). Inductor's and Triton's
+    caches go in the run dir (unless the environment names others), so a resumed attempt reuses them.
+    Compilation itself happens in the first step. Returns False, saying why on stderr, when the host
+    cannot compile: the run then trains eagerly rather than failing."""
+    missing = compile_missing(ctx.device)
+    if missing is not None:
+        print(f"rankzero: compile: true ignored on this host, training eagerly: {missing}", file=sys.stderr, flush=True)
+        return False
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(run.compile_cache / "inductor"))
+    os.environ.setdefault("TRITON_CACHE_DIR", str(run.compile_cache / "triton"))
+    strategy.model = torch.compile(strategy.model)
+    return True

@@ -27,7 +27,7 @@ from torch.utils.data import Dataset
 
 from trainer import checkpoint as ckpt_io
 from trainer.control import RunControl, StopSignal
-from trainer.data.datasets import build_datasets
+from trainer.data.datasets import build_concurrently, build_datasets
 from trainer.data.layout import BatchLayout
 from trainer.data.loaders import batch_length, to_device, train_loader, val_loader
 from trainer.dist import DistContext, barrier, setup, teardown
@@ -42,7 +42,8 @@ from trainer.optim import build_optimizer, build_scheduler
 from trainer.run_dir import RunDir
 from trainer.spec import JobSpec
 from trainer.spec_file import dump_spec
-from trainer.strategy import Strategy, build_strategy
+from trainer.startup import Startup
+from trainer.strategy import Strategy, build_strategy, compile_model
 
 # Steps between stop / non-finite agreement checks (each an async all-reduce, waited a step later).
 # Each costs a gloo round trip (~0.1 ms of CPU): every 16 steps keeps it under 1 % of a small CPU
@@ -62,6 +63,8 @@ def train(spec: JobSpec, root: str | Path, on_strategy: Callable[[Strategy], Non
 
     `on_strategy` is called with the built strategy before the first step (tests use it to install a
     DDP comm hook). Reuses a process group that is already initialized (and then leaves it up)."""
+    startup = Startup()
+    startup.mark("imports")  # torch and the trainer are imported by the time this runs
     run = RunDir(Path(root))
     rank = int(os.environ.get("RANK", "0"))
     started_at = time.time()
@@ -70,10 +73,15 @@ def train(spec: JobSpec, root: str | Path, on_strategy: Callable[[Strategy], Non
     if threading.current_thread() is threading.main_thread():
         stop.install()
     ctx: DistContext | None = None
+    runner: _Run | None = None
     try:
         ctx = setup(spec)
-        return _Run(spec, run, ctx, events, stop, build(spec, run, ctx, on_strategy)).execute()
+        startup.mark("rendezvous")
+        runner = _Run(spec, run, ctx, events, stop, build(spec, run, ctx, on_strategy, startup), startup)
+        return runner.execute()
     except Exception as exc:
+        if runner is not None:
+            runner.abandon()
         report_failure(run.root, rank, ctx.world_size if ctx else spec.world_size, exc, events, since=started_at)
         raise
     finally:
@@ -106,11 +114,19 @@ class Built:
         return self.layout.steps_per_epoch
 
 
-def build(spec: JobSpec, run: RunDir, ctx: DistContext, on_strategy: Callable[[Strategy], None] | None) -> Built:
+def build(
+    spec: JobSpec,
+    run: RunDir,
+    ctx: DistContext,
+    on_strategy: Callable[[Strategy], None] | None,
+    startup: Startup | None = None,
+) -> Built:
     """Data, model, strategy, optimizer, and (resuming) their saved states and this rank's RNG stream."""
+    startup = startup or Startup()
     if ctx.is_main:
         _write_spec(spec, run)
     train_set, val_set = _datasets(spec, ctx)
+    startup.mark("data")
     layout = BatchLayout(
         len(train_set), spec.batch_size, spec.accumulation_steps, ctx.world_size, spec.seed, spec.data.shuffle
     )
@@ -125,6 +141,8 @@ def build(spec: JobSpec, run: RunDir, ctx: DistContext, on_strategy: Callable[[S
     strategy = build_strategy(spec, module, ctx)
     if on_strategy is not None:
         on_strategy(strategy)
+    if spec.compile:
+        compile_model(strategy, run, ctx)
     optimizer = build_optimizer(strategy.module, spec.optimizer)
     scheduler = build_scheduler(optimizer, spec.scheduler, total_steps)
     scaler = torch.amp.GradScaler(ctx.device.type, enabled=spec.precision == "fp16")
@@ -136,6 +154,7 @@ def build(spec: JobSpec, run: RunDir, ctx: DistContext, on_strategy: Callable[[S
     _seed_rank_stream(spec, ctx, resume)
     start_step = resume.step if resume is not None else 0
     del resume  # free the host copy
+    startup.mark("build")
     return Built(
         layout=layout,
         total_steps=total_steps,
@@ -166,7 +185,10 @@ def _write_spec(spec: JobSpec, run: RunDir) -> None:
 
 
 def _datasets(spec: JobSpec, ctx: DistContext) -> tuple[Dataset, Dataset | None]:
-    """A download happens on local rank 0 while the others wait, then they read the files."""
+    """A download happens on local rank 0 while the others wait, then they read the files; data sets
+    built without writing anything (digits, synthetic, files already there) are built by all at once."""
+    if build_concurrently(spec.data):
+        return build_datasets(spec.data, spec.seed)
     if ctx.local_rank != 0:
         barrier(ctx)
     train_set, val_set = build_datasets(spec.data, spec.seed)
@@ -281,16 +303,26 @@ class Throughput:
 class _Run:
     """The loop over optimizer steps and what falls due after each; rank 0 alone writes."""
 
-    def __init__(
-        self, spec: JobSpec, run: RunDir, ctx: DistContext, events: EventLog, stop: StopSignal, built: Built
+    def __init__(  # noqa: PLR0913 (the run's parts, made by train())
+        self,
+        spec: JobSpec,
+        run: RunDir,
+        ctx: DistContext,
+        events: EventLog,
+        stop: StopSignal,
+        built: Built,
+        startup: Startup | None = None,
     ) -> None:
         self.spec, self.run, self.ctx, self.events, self.built = spec, run, ctx, events, built
+        self.startup = startup or Startup()
         self.device = ctx.device
         self.schedule = Schedule.of(spec, built)
         self.control = RunControl(stop, ctx.rank, ctx.world_size, ctx.device, CONTROL_EVERY)
         self.meter = LossMeter(ctx.device)
         self.throughput = Throughput()
+        self.saver = ckpt_io.AsyncCheckpointWriter(run, spec.checkpoint.keep_last)
         self._beat_at = 0.0
+        self._first_step_s: float | None = None  # reported once, in the attempt's first progress event
 
     def execute(self) -> int:
         spec, ctx, b = self.spec, self.ctx, self.built
@@ -307,21 +339,41 @@ class _Run:
             global_batch_size=b.layout.global_batch,
             start_step=b.start_step,
             resumed_from=spec.resume_from,
+            startup=dict(self.startup.marks),  # seconds since process start at the end of each phase
         )
         batches = iter(b.train_loader)
         b.strategy.model.train()
         self.throughput.start(b.start_step)
         for step in range(b.start_step, b.total_steps):
-            self._train_step(batches)
+            if step == b.start_step:
+                self._first_step(batches)
+            else:
+                self._train_step(batches)
             done = step + 1
             self.meter.end_step(done)
             due = self._agree(done, self.schedule.at(done))
             self._act(done, due)
             self._beat()
+            self._record_saves(self.saver.poll())  # a finished background save's event; a failed one raises
             if due.stop:
                 return EXIT_STOPPED
         self.events.emit(EventType.finished, step=b.total_steps)
         return EXIT_OK
+
+    def _first_step(self, batches: Iterator[Any]) -> None:
+        """The first step, stamped; with `compile` it compiles, so a thread keeps the heartbeat going."""
+        beating = _Beating(self._beat_now) if self.spec.compile and self.ctx.is_main else contextlib.nullcontext()
+        with beating:
+            self._train_step(batches)
+        self._first_step_s = self.startup.mark("first_step")
+        if self.spec.compile:  # compile time is not steady-state throughput
+            self.throughput.start(self.built.start_step + 1)
+
+    def abandon(self) -> None:
+        """The run is failing: let a save in flight finish and record it if it is whole (a restart
+        resumes from it); its own error, if any, is not the one to report."""
+        with contextlib.suppress(Exception):
+            self._record_saves(self.saver.wait())
 
     def _beat(self) -> None:
         """A step was done: rank 0 updates the heartbeat file's mtime (one utime a second at most; no event)."""
@@ -329,6 +381,9 @@ class _Run:
         if not self.ctx.is_main or now - self._beat_at < HEARTBEAT_EVERY_S:
             return
         self._beat_at = now
+        self._beat_now()
+
+    def _beat_now(self) -> None:
         try:
             os.utime(self.run.heartbeat)
         except FileNotFoundError:
@@ -376,6 +431,8 @@ class _Run:
             self._validate(done)
         if due.save:
             path = self._save(done)
+            if due.last or due.stop:  # the final save is waited for: recorded before `finished` / `stopped`
+                self._record_saves(self.saver.wait())
             if due.stop:  # a stop always saves first
                 checkpoint = str(path.relative_to(self.run.root))
                 self.events.emit(EventType.stopped, step=done, checkpoint=checkpoint, reason="SIGTERM")
@@ -395,6 +452,8 @@ class _Run:
             emit(EventType.metric, step=done, name="train/loss", value=mean_loss)
         emit(EventType.metric, step=done, name="lr", value=b.scheduler.get_last_lr()[0])
         emit(EventType.metric, step=done, name="throughput/samples_per_s", value=samples_per_s)
+        first = {"first_step_s": self._first_step_s} if self._first_step_s is not None else {}
+        self._first_step_s = None
         emit(
             EventType.progress,
             step=done,
@@ -403,7 +462,9 @@ class _Run:
             samples=done * global_batch,
             samples_per_s=samples_per_s,
             eta_s=eta,
+            **first,
         )
+        print(progress_line(done, b.total_steps, mean_loss, samples_per_s, eta), flush=True)
 
     @torch.no_grad()
     def _validate(self, done: int) -> None:
@@ -438,7 +499,8 @@ class _Run:
         self.throughput.exclude(time.perf_counter() - began)
 
     def _save(self, done: int) -> Path:
-        """Gather every rank's RNG state, then rank 0 writes the checkpoint atomically and prunes old ones."""
+        """Gather every rank's RNG state; rank 0 snapshots the state to host memory (all a step waits
+        for) and hands it to the background writer (serialize, write atomically, prune)."""
         began = time.perf_counter()
         rng = ckpt_io.capture_rng(self.device)
         if self.ctx.distributed:
@@ -448,11 +510,11 @@ class _Run:
             all_rng = [rng]
         path = self.run.checkpoint_path(done)
         if self.ctx.is_main:
-            self._write_checkpoint(path, done, all_rng)
+            self._start_checkpoint(path, done, all_rng)
         self.throughput.exclude(time.perf_counter() - began)
         return path
 
-    def _write_checkpoint(self, path: Path, done: int, all_rng: list[Any]) -> None:
+    def _start_checkpoint(self, path: Path, done: int, all_rng: list[Any]) -> None:
         b = self.built
         epoch = done // b.steps_per_epoch
         state = ckpt_io.TrainingState(
@@ -468,13 +530,52 @@ class _Run:
             num_train_samples=b.layout.num_samples,
             spec=json.dumps(self.spec.model_dump(mode="json")),
         )
-        saved = ckpt_io.write_atomic(path, ckpt_io.pack(state))
-        self.events.emit(
-            EventType.checkpoint,
-            step=done,
-            epoch=epoch,
-            path=str(path.relative_to(self.run.root)),
-            bytes=saved.bytes,
-            sha256=saved.sha256,
-        )
-        ckpt_io.prune(self.run, self.spec.checkpoint.keep_last)
+        payload = ckpt_io.snapshot(ckpt_io.pack(state))
+        self._record_saves(self.saver.submit(path, payload, meta=(done, epoch)))
+
+    def _record_saves(self, saves: list[tuple[ckpt_io.SavedCheckpoint, Any]]) -> None:
+        """The `checkpoint` event of each save that finished (whole, renamed into place)."""
+        for saved, (done, epoch) in saves:
+            self.events.emit(
+                EventType.checkpoint,
+                step=done,
+                epoch=epoch,
+                path=str(saved.path.relative_to(self.run.root)),
+                bytes=saved.bytes,
+                sha256=saved.sha256,
+            )
+
+
+def progress_line(done: int, total: int, loss: float | None, samples_per_s: float, eta: float | None) -> str:
+    """Rank 0's stdout line per log interval, e.g. `step 40/300 (13%)  loss 0.4123  1,234 samples/s  ETA 0:02:05`."""
+    loss_text = f"{loss:.4g}" if loss is not None else "n/a"
+    eta_text = _clock(eta) if eta is not None else "n/a"
+    return (
+        f"step {done}/{total} ({100 * done // max(total, 1)}%)  loss {loss_text}  "
+        f"{samples_per_s:,.0f} samples/s  ETA {eta_text}"
+    )
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+class _Beating:
+    """A thread that calls `beat` every HEARTBEAT_EVERY_S while a long first step (compiling) runs."""
+
+    def __init__(self, beat: Callable[[], None]) -> None:
+        self._beat, self._done = beat, threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._done.wait(HEARTBEAT_EVERY_S):
+            self._beat()
+
+    def __enter__(self) -> _Beating:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()

@@ -52,13 +52,18 @@ EVENT_FIELDS = {
 }
 
 
+# trainer/event_types.py: optional keys the built-in trainer adds (start-up stamps, issue 13)
+OPTIONAL_FIELDS = {"started": {"startup"}, "progress": {"first_step_s"}}
+
+
 def assert_event_contract(events):
     seqs = [e["seq"] for e in events]
     assert seqs == list(range(1, len(events) + 1)), "seq must start at 1 and increase by 1"
     times = [e["time"] for e in events]
     assert times == sorted(times)
     for e in events:
-        assert set(e) - {"seq", "time", "type"} == EVENT_FIELDS[e["type"]], e
+        fields = set(e) - {"seq", "time", "type"}
+        assert EVENT_FIELDS[e["type"]] <= fields <= EVENT_FIELDS[e["type"]] | OPTIONAL_FIELDS.get(e["type"], set()), e
 
 
 def test_run_writes_spec_events_and_checkpoints(tmp_path):
@@ -92,6 +97,8 @@ def test_run_writes_spec_events_and_checkpoints(tmp_path):
     assert finished == {**finished, "type": "finished", "step": 50}
     progress = [e for e in events if e["type"] == "progress"]
     assert [p["step"] for p in progress] == list(range(5, 51, 5))
+    printed = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("step ")]
+    assert printed == [f"{s}/50" for s in range(5, 51, 5)]  # one progress line per log interval
     assert progress[-1]["eta_s"] == 0 and progress[-1]["samples"] == 50 * 64 and progress[-1]["epoch"] == 2
     lr = metric_series(events, "lr")
     assert lr[5] == pytest.approx(0.2) and lr[25] == pytest.approx(0.05)  # step schedule halves every 10 steps

@@ -63,15 +63,38 @@ def _split_dataset(ds: Dataset, val_fraction: float, seed: int) -> tuple[Dataset
     return Subset(ds, train_idx.tolist()), (Subset(ds, val_idx.tolist()) if len(val_idx) else None)
 
 
-def _digits(args: dict[str, Any], seed: int) -> TensorPairDataset:
-    """scikit-learn's bundled 8×8 digits (1797 samples, no download). `image: true` gives 1×8×8 inputs."""
+def _digits_table() -> tuple[Any, Any]:
+    """(pixels float64 N×64, labels int64 N) of scikit-learn's bundled digits, as `load_digits` gives them.
+
+    Read straight from the package's `datasets/data/digits.csv.gz` (what `load_digits` parses):
+    importing scikit-learn (and SciPy behind it) costs each rank ~1.4 s at start. Falls back to
+    `load_digits` if the file is not where this scikit-learn keeps it."""
+    import gzip
+    import importlib.util
+    from pathlib import Path
+
+    import numpy as np
+
+    found = importlib.util.find_spec("sklearn")  # locates the package without importing it
+    if found is not None and found.origin is not None:
+        table = Path(found.origin).parent / "datasets" / "data" / "digits.csv.gz"
+        if table.is_file():
+            with gzip.open(table, "rt") as f:
+                rows = np.loadtxt(f, delimiter=",")
+            return rows[:, :-1], rows[:, -1].astype(np.int64)
     from sklearn.datasets import load_digits
 
     d = load_digits()
-    x = torch.tensor(d.data, dtype=torch.float32) / 16.0
+    return d.data, d.target
+
+
+def _digits(args: dict[str, Any], seed: int) -> TensorPairDataset:
+    """scikit-learn's bundled 8×8 digits (1797 samples, no download). `image: true` gives 1×8×8 inputs."""
+    pixels, labels = _digits_table()
+    x = torch.tensor(pixels, dtype=torch.float32) / 16.0
     if args.get("image", False):
         x = x.view(-1, 1, 8, 8)
-    return TensorPairDataset(x, torch.tensor(d.target, dtype=torch.long))
+    return TensorPairDataset(x, torch.tensor(labels, dtype=torch.long))
 
 
 def _synthetic(args: dict[str, Any], seed: int) -> TensorPairDataset:
@@ -170,6 +193,19 @@ BUILDERS: dict[str, Callable[[dict[str, Any], int], Any]] = {
     "fake": _fake,
     "image_folder": _image_folder,
 }
+
+
+# Built-in sets built without writing anything (in memory, or only reading files): every local rank
+# may build them at once. A download (torchvision's `download: true`, or a user factory's) is done by
+# local rank 0 while the others wait, then they read the files.
+READ_ONLY = frozenset({"digits", "synthetic", "fake", "image_folder"})
+
+
+def build_concurrently(spec: DataSpec) -> bool:
+    """Whether every local rank may build `spec`'s data sets at the same time (nothing is downloaded)."""
+    if spec.name in READ_ONLY:
+        return True
+    return spec.name in BUILDERS and not spec.args.get("download", False)
 
 
 def build_datasets(spec: DataSpec, seed: int) -> tuple[Dataset, Dataset | None]:
