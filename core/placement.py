@@ -206,22 +206,37 @@ class _Option:
 
 
 @dataclass
+class _Class:
+    """Jobs alike but for their size: (pool, device, sync, nnodes). They run on the same hosts, and within a
+    pass a failure is monotone in size (free capacity only shrinks; reservations and claimed victims only
+    grow), so what failed for r ranks per node fails for every later job of the class needing ≥ r."""
+
+    options: list[_Option]  # hosts of the pool that could ever run it
+    max_total: int
+    draining: list[HostView]  # hosts of the pool that could run it but are draining
+    fit_failed: int | None = None  # the fewest ranks per node that did not fit
+    preempt_failed: dict[int, int] = field(default_factory=dict)  # ranks -> highest priority preemption failed
+    free_list: tuple[int, str] = (-1, "")  # (pool version, "host-a 2 of 4, …") cached
+    reserved: tuple[int, list[_Option], int] = (-1, [], 0)  # (pool version, reserved in best-fit order, max free)
+    blocked: dict[tuple[int, ...], str | None] = field(default_factory=dict)  # sizes -> reason, this version
+
+
+@dataclass
 class _Shape:
-    """What a job's placement depends on, shared by every job alike (the memo key's value)."""
+    """One job's view: its class and sizes."""
 
     pool: str
     spec: JobSpec
     sizes: list[int]  # rank counts per node, largest first
-    options: list[_Option]  # hosts of the pool that could ever run it
-    failed: bool = False  # did not fit at some point this pass (stays so: failure is monotone)
-    preempt_failed_at: int | None = None  # preemption found nothing for this priority (and so for lower)
-    reason: tuple[int, str] | None = None  # (pool version, reason) cached
-    never: str | None = None  # why no host of the pool could run it even idle (never_fits), if so
+    cls: _Class
 
+    @property
+    def options(self) -> list[_Option]:
+        return self.cls.options
 
-def _shape_key(job: Waiting) -> tuple[object, ...]:
-    s = job.spec
-    return (job.pool, s.device, s.sync, s.nproc, s.nnodes, s.min_nproc, s.nproc * s.accumulation_steps)
+    @property
+    def smallest(self) -> int:
+        return self.sizes[-1]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -404,7 +419,7 @@ def _free_list(options: Sequence[_Option], mixed: bool) -> str:
     return ", ".join(words)
 
 
-def _single_reason(shape: _Shape) -> str:
+def _single_reason(shape: _Shape, free_list: str) -> str:
     spec, kinds = shape.spec, {o.kind for o in shape.options}
     if spec.sync == "dataparallel":
         need = "needs every GPU of one host free (sync 'dataparallel')"
@@ -412,7 +427,7 @@ def _single_reason(shape: _Shape) -> str:
         need = f"needs {spec.nproc} {_units(kinds, spec.nproc)} on one host"
         if len(shape.sizes) > 1:
             need += f" (or at least {shape.sizes[-1]}, elastic)"
-    return f"{need}; most free: {_free_list(shape.options, len(kinds) > 1)}"
+    return f"{need}; most free: {free_list}"
 
 
 def _gang_reason(shape: _Shape) -> str:
@@ -426,15 +441,32 @@ def _gang_reason(shape: _Shape) -> str:
     return f"{need}; free: {listed}"
 
 
-def _blocker(shape: _Shape) -> Waiting | None:
-    """The job whose reservation is all that keeps this one from starting, if any."""
+def _draining_note(shape: _Shape) -> str:
+    """When only draining hosts are big enough: say so (the job waits for them to come back)."""
+    spec, cls = shape.spec, shape.cls
+    if not cls.draining:
+        return ""
+    big = [o for o in cls.options if o.total >= _per_node(spec, o.host.view, shape.smallest)]
+    if len(big) >= spec.nnodes:
+        return ""
+    names = [h.name for h in cls.draining if _total(h, host_kind(spec, h) or GPU) >= _per_node(spec, h, shape.smallest)]
+    if not names:
+        return ""
+    return f" ({', '.join(names[:_LISTED_HOSTS])}, big enough, {'is' if len(names) == 1 else 'are'} draining)"
+
+
+def _blocker(shape: _Shape, reserved: list[_Option]) -> Waiting | None:
+    """The job whose reservation is all that keeps this one from starting, if any. `reserved`: the
+    reserved options in best-fit order."""
+    if not reserved:
+        return None
     if shape.spec.nnodes > 1:
         gang = _best_gang(shape, ignore_reserved=True)
         hosts = [o.host for o in gang] if gang else []
-    else:
+    else:  # the free hosts could not hold it: would a reserved one?
         hosts = []
         for ranks in shape.sizes:
-            opt = _best_single(shape, ranks, ignore_reserved=True)
+            opt = next((o for o in reserved if o.host.free(o.kind) >= _per_node(shape.spec, o.host.view, ranks)), None)
             if opt is not None:
                 hosts = [opt.host]
                 break
@@ -447,14 +479,14 @@ def _reserved_names(shape: _Shape, owner: Waiting) -> str:
     return " and ".join(names) if len(names) <= 2 else ", ".join(names)
 
 
-def _capacity_reason(shape: _Shape) -> str:
-    blocker = _blocker(shape)
-    if blocker is not None:
-        return (
-            f"waiting behind job {blocker.job_id} (priority {blocker.priority}), which has "
-            f"{_reserved_names(shape, blocker)} reserved"
-        )
-    return _gang_reason(shape) if shape.spec.nnodes > 1 else _single_reason(shape)
+def _blocked_reason(shape: _Shape, reserved: list[_Option]) -> str | None:
+    blocker = _blocker(shape, reserved)
+    if blocker is None:
+        return None
+    return (
+        f"waiting behind job {blocker.job_id} (priority {blocker.priority}), which has "
+        f"{_reserved_names(shape, blocker)} reserved"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -469,7 +501,8 @@ class _Pass:
         self.version: dict[str, int] = {}  # bumped when a pool's free capacity or reservations change
         self.easy_reserved: set[str] = set()  # pools whose one EASY reservation is taken
         self.claimed: set[int] = set()  # victims already listed
-        self.shapes: dict[tuple[object, ...], _Shape] = {}
+        self.classes: dict[tuple[object, ...], _Class] = {}
+        self.never: dict[tuple[object, ...], str | None] = {}
         by_name: dict[str, _Host] = {}
         for view in sorted(hosts, key=lambda h: h.name):
             self.all_pool_hosts.setdefault(view.pool, []).append(view)
@@ -493,32 +526,47 @@ class _Pass:
             host.victims.sort(key=lambda v: (v.priority, -v.job_id))
 
     def shape(self, job: Waiting) -> _Shape:
-        key = _shape_key(job)
-        shape = self.shapes.get(key)
-        if shape is None:
+        spec = job.spec
+        key = (job.pool, spec.device, spec.sync, spec.nnodes)
+        cls = self.classes.get(key)
+        if cls is None:
             options = []
             for host in self.pools.get(job.pool, []):
-                kind = host_kind(job.spec, host.view)
+                kind = host_kind(spec, host.view)
                 if kind is not None:
                     options.append(_Option(host, kind, _total(host.view, kind)))
-            shape = self.shapes[key] = _Shape(job.pool, job.spec, job.spec.elastic_sizes(), options)
-            shape.never = never_fits(job.spec, job.pool, self.all_pool_hosts[job.pool])
-        return shape
+            draining = [h for h in self.all_pool_hosts[job.pool] if h.draining and host_kind(spec, h) is not None]
+            cls = self.classes[key] = _Class(options, max((o.total for o in options), default=0), draining)
+        return _Shape(job.pool, spec, spec.elastic_sizes(), cls)
+
+    def never_reason(self, job: Waiting, shape: _Shape) -> str | None:
+        """never_fits, skipped where the class's largest host settles it (single node)."""
+        spec = shape.spec
+        if spec.nnodes == 1 and spec.sync != "dataparallel" and 0 < shape.smallest <= shape.cls.max_total:
+            return None
+        key = (job.pool, spec.device, spec.sync, spec.nnodes, spec.nproc, tuple(shape.sizes))
+        if key not in self.never:
+            why = never_fits(spec, job.pool, self.all_pool_hosts[job.pool])
+            self.never[key] = why or (None if shape.options else f"no host of pool '{job.pool}' can run it")
+        return self.never[key]
 
     def consider(self, job: Waiting) -> None:
         if job.pool not in self.pools:
             self.plan.pending[job.job_id] = _no_pool_reason(job.pool, self.all_pool_hosts)
             return
         shape = self.shape(job)
-        if shape.never is not None or not shape.options:
-            self.plan.pending[job.job_id] = shape.never or f"no host of pool '{job.pool}' can run it"
+        never = self.never_reason(job, shape)
+        if never is not None:
+            self.plan.pending[job.job_id] = never
             return
-        fit = None if shape.failed else _fit(shape)
+        cls = shape.cls
+        hopeless = cls.fit_failed is not None and shape.smallest >= cls.fit_failed
+        fit = None if hopeless else _fit(shape)
         if fit is not None:
             self.plan.placements.append(_launch(job, *fit))
             self.version[job.pool] = self.version.get(job.pool, 0) + 1
             return
-        shape.failed = True
+        cls.fit_failed = shape.smallest if cls.fit_failed is None else min(cls.fit_failed, shape.smallest)
         self.blocked(job, shape)
 
     def blocked(self, job: Waiting, shape: _Shape) -> None:
@@ -534,19 +582,38 @@ class _Pass:
 
     def reason(self, shape: _Shape) -> str:
         version = self.version.get(shape.pool, 0)
-        if shape.reason is None or shape.reason[0] != version:
-            shape.reason = (version, _capacity_reason(shape))
-        return shape.reason[1]
+        cls = shape.cls
+        if cls.reserved[0] != version:
+            reserved = sorted((o for o in cls.options if o.host.reserved_by is not None), key=_fits_key)
+            cls.reserved = (version, reserved, max((o.host.free(o.kind) for o in reserved), default=0))
+            cls.blocked = {}
+        _, reserved, most = cls.reserved
+        if reserved and (shape.spec.sync == "dataparallel" or shape.smallest <= most):
+            sizes = tuple(shape.sizes)
+            if sizes not in cls.blocked:
+                cls.blocked[sizes] = _blocked_reason(shape, reserved)
+            if cls.blocked[sizes] is not None:
+                return cls.blocked[sizes]
+        if shape.spec.nnodes > 1:
+            return _gang_reason(shape) + _draining_note(shape)
+        if cls.free_list[0] != version:
+            cls.free_list = (version, _free_list(cls.options, len({o.kind for o in cls.options}) > 1))
+        return _single_reason(shape, cls.free_list[1]) + _draining_note(shape)
+
+    def preempt_hopeless(self, job: Waiting, shape: _Shape) -> bool:
+        failed = shape.cls.preempt_failed
+        return any(ranks <= shape.smallest and job.priority <= prio for ranks, prio in failed.items())
 
     def try_preempt(self, job: Waiting, shape: _Shape) -> bool:
-        if shape.preempt_failed_at is not None and job.priority <= shape.preempt_failed_at:
+        if self.preempt_hopeless(job, shape):
             return False
         if shape.spec.nnodes > 1:
             found = _preempt_gang(shape, job.priority, self.claimed)
         else:
             found = _preempt_single(shape, job.priority, self.claimed)
         if found is None:
-            shape.preempt_failed_at = job.priority
+            failed = shape.cls.preempt_failed
+            failed[shape.smallest] = max(failed.get(shape.smallest, job.priority), job.priority)
             return False
         hosts, victims = found
         ids = sorted(v.job_id for v in victims)
@@ -623,6 +690,8 @@ def _size_refusal(spec: JobSpec, pool: str, options: list[tuple[HostView, str]])
     kinds = {k for _, k in options}
     if any(w <= largest for w in spec.elastic_sizes()):
         return None
+    if largest == 0:
+        return f"no host of pool '{pool}' has {_units(kinds, 2)} for this job (all have 0): use another device or pool"
     if spec.min_nproc is not None:
         fitting = [w for w in range(largest, 0, -1) if spec.nproc * spec.accumulation_steps % w == 0]
         return (

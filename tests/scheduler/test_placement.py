@@ -232,7 +232,7 @@ def test_draining_host_is_skipped():
     hosts = [cpu_host("a", 4, draining=True), cpu_host("b", 1)]
     p = plan([job(1, nproc=2), job(2)], hosts, [])
     assert hosts_of(placed(p, 2)) == ["b"]
-    assert p.pending[1] == "needs 2 slots on one host; most free: b 1 of 1"
+    assert p.pending[1] == "needs 2 slots on one host; most free: b 1 of 1 (a, big enough, is draining)"
     p = plan([job(3)], [cpu_host("a", 4, draining=True)], [])
     assert p.pending[3] == "every host of pool 'default' is draining (a)"
 
@@ -321,6 +321,29 @@ def test_multi_node_preemption_per_needed_host():
     ]
     p = plan([job(1, priority=5, nproc=2, nnodes=2)], hosts, usage)
     assert p.preempt == {10: 1, 11: 1}
+
+
+def test_elastic_starts_small_rather_than_preempt():
+    hosts = [cpu_host("h", 4)]
+    usage = [running(10, "h", slots=2, pre=True)]
+    p = plan([job(1, priority=5, nproc=4, min_nproc=2)], hosts, usage)
+    assert p.preempt == {} and (placed(p, 1).nproc, placed(p, 1).accumulation_steps) == (2, 2)
+
+
+def test_elastic_preemption_aims_at_full_size():
+    hosts = [cpu_host("h", 4)]
+    usage = [running(10, "h", slots=2, pre=True), running(11, "h", slots=1, pre=True), running(12, "h", slots=1)]
+    p = plan([job(1, priority=5, nproc=4, min_nproc=2)], hosts, usage)
+    # 12 is not preemptible: full size (4) is out of reach; 2 ranks: freeing 11 alone is not enough, 10 is
+    assert p.preempt == {10: 1}
+
+
+def test_a_multi_node_victim_counts_once():
+    hosts = [cpu_host("a", 1), cpu_host("b", 1)]
+    usage = [Usage(10, 0, True, (NodeUse("a", (), 1), NodeUse("b", (), 1)))]
+    p = plan([job(1, priority=1, nnodes=2)], hosts, usage)
+    assert p.preempt == {10: 1}
+    assert p.pending[1] == "waiting for preempted job(s) 10 to checkpoint"
 
 
 def test_gpu_preemption():
@@ -415,3 +438,28 @@ def test_every_waiting_job_is_placed_or_pending_and_nothing_is_oversubscribed():
     for name, host in by_name.items():
         assert len(gpus[name]) == len(set(gpus[name])) and set(gpus[name]) <= set(host.gpus)
         assert slots[name] <= host.cpu_slots
+
+
+def test_a_large_pass_is_cheap():
+    """Guard against an O(jobs × hosts × hosts) regression (bench/scheduler.py measures it properly): 1 000
+    jobs on 48 hosts must stay far below a second of CPU even on a loaded machine."""
+    import time
+
+    rng = random.Random(3)
+    hosts = [gpu_host(f"g{i:02d}", rng.choice([2, 4, 8]), storage=f"s{i % 2}") for i in range(24)]
+    hosts += [cpu_host(f"c{i:02d}", 16) for i in range(24)]
+    usage = [
+        running(5000 + i, f"c{i % 24:02d}", slots=2, priority=rng.randint(-2, 2), pre=i % 3 == 0) for i in range(150)
+    ]
+    jobs = []
+    for i in range(1000):
+        fields: dict[str, object] = {"nproc": rng.choice([1, 2, 4, 8]), "device": rng.choice(["auto", "cpu", "cuda"])}
+        if i % 7 == 0:
+            fields["min_nproc"] = 1
+        elif i % 11 == 0:
+            fields["nnodes"] = 2
+        jobs.append(job(i + 1, priority=rng.randint(-3, 3), **fields))
+    start = time.process_time()
+    p = plan(jobs, hosts, usage)
+    assert time.process_time() - start < 0.5
+    assert len(p.placements) + len(p.pending) == 1000
