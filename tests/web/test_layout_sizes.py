@@ -93,5 +93,5 @@ def test_no_page_is_wider_than_the_screen(new_page, web_service, layout_jobs, si
 
     page.goto(f"{base}/compare?ids={layout_jobs['running']},{layout_jobs['done']}")
     page.wait_for_function("() => document.querySelectorAll('#compare-jobs li').length === 2")
-    page.wait_for_selector("#chart-by-step .u-over")
+    page.wait_for_selector("#compare-chart .u-over")
     _check(page, f"layout-{size}-compare")

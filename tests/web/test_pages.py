@@ -93,8 +93,8 @@ def test_failed_job_shows_error_and_rank_at_the_top(page, web_service, db) -> No
     # The failing rank's log, opened at its end, right under the failure.
     assert page.locator("#log-rank").input_value() == "1"
     page.wait_for_function("() => document.querySelector('#log-text').textContent.includes('[rank 1] step   990')")
-    page.wait_for_function("() => { const p = document.querySelector('#log-text'); "
-                           "return p.scrollTop > 0 && p.scrollTop + p.clientHeight >= p.scrollHeight - 2; }")  # fmt: skip
+    at_end = "() => { const p = document.querySelector('#log-text'); return p.scrollTop > 0 && "
+    page.wait_for_function(at_end + "p.scrollTop + p.clientHeight >= p.scrollHeight - 2; }")
     assert page.evaluate("() => document.querySelector('#job-error').nextElementSibling.id") == "logs-card"
     # A finished job leads with its result: no progress bar, no ETA.
     assert page.locator("#job-progress-row").is_hidden()
@@ -141,7 +141,7 @@ def test_jobs_list_filters_pages_and_compare(page, web_service, db) -> None:
     assert page.locator("input.pick:checked").count() == 2
     page.click("#compare-selected")
     page.wait_for_url(f"**/compare?ids={a.id},{b.id}")
-    page.wait_for_selector("#chart-by-samples[data-points]")
+    page.wait_for_selector("#compare-chart[data-points]")
     assert page.locator("#compare-jobs li").count() == 2
     shot(page, "compare")
 
