@@ -25,10 +25,15 @@ Rules (see tests/scheduler/test_placement.py, one test per rule):
   then youngest (highest id), then redundant victims dropped; among hosts the one whose victims have
   the lowest top priority, then fewest victims. The job reserves those hosts and waits.
 
-Speed: a failure to fit is monotone within a pass (free capacity only shrinks, reservations and
-claimed victims only grow), so each job *shape* (pool, device, sync, sizes, nnodes) is tried against
-the hosts at most once per state, and once for preemption per priority: a pass costs
-O(jobs + shapes × hosts), not O(jobs × hosts).
+Speed: within a pass a failure is monotone (free capacity only shrinks, reservations and claimed victims
+only grow), so jobs are grouped in classes (pool, device, sync, nnodes): once r ranks per node did not fit,
+no later job of the class needing ≥ r is tried against the hosts again, and likewise for preemption at a
+priority; reason texts are cached per class until the pool's capacity changes. A pass costs about
+O(jobs + placements × hosts), not O(jobs × hosts) (bench/scheduler.py: 1 000 jobs on 50 hosts).
+
+Stable across passes: the same inputs give the same plan. Jobs being preempted should be passed in `usage`
+as they are (preemptible, until they exit): the next pass then names the same victims again instead of
+picking more.
 """
 
 from __future__ import annotations

@@ -381,6 +381,12 @@ def test_never_fits_messages():
     assert "pool 'default' has 1: lower nnodes to 1" in never_fits(spec(nproc=4, nnodes=2), "default", cpu)
     assert never_fits(spec(), "gpu", cpu) == "no host serves pool 'gpu': submit to pool 'default'"
     assert never_fits(spec(nproc=1, nnodes=2), "default", gpu) is None
+    assert never_fits(spec(device="cpu"), "default", [gpu_host("g", 2, slots=0)]) == (
+        "no host of pool 'default' has slots for this job (all have 0): use another device or pool"
+    )
+    assert never_fits(spec(sync="dataparallel", device="cpu"), "default", gpu).startswith(
+        "sync 'dataparallel' drives several GPUs"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
