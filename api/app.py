@@ -20,7 +20,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from api import docs, errors
 from api.auth import require_auth
 from api.limits import RequestLimitsMiddleware
-from api.routes import checkpoints, code, health, jobs, logs, metrics, schema, stream
+from api.routes import checkpoints, code, health, hosts, jobs, logs, metrics, priority, schema, stream
 from core import migrate
 from core.settings import LOOPBACK_HOSTS, Settings, get_settings
 
@@ -74,7 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(docs.router)
 
     protected = APIRouter(dependencies=[Depends(require_auth)])
-    for module in (jobs, metrics, checkpoints, logs, stream, schema, code):
+    for module in (jobs, priority, hosts, metrics, checkpoints, logs, stream, schema, code):
         protected.include_router(module.router)
     app.include_router(health.router, prefix=API_PREFIX)
     app.include_router(protected, prefix=API_PREFIX)

@@ -34,6 +34,15 @@ class JobPublic(BaseModel):
     failed_rank: int | None
     exit_code: int | None
     global_batch_size: int
+    priority: int = 0
+    pending_reason: str | None = Field(None, description="Why a queued job waits (the scheduler's words).")
+    placement: dict[str, Any] | None = Field(
+        None,
+        description="Where the scheduler put the job: nodes [{host, node_rank, gpus, slots, address}], nproc "
+        "(ranks per node; below spec.nproc when elastic fit started it smaller), accumulation_steps.",
+    )
+    host_losses: int = Field(0, description="Times the job resumed after losing a host (not counted as restarts).")
+    restarts_used: int = Field(0, description="Failed attempts restarted so far (spec.max_restarts bounds them).")
 
     @classmethod
     def from_row(cls, job: Job) -> JobPublic:
@@ -60,7 +69,18 @@ class JobPublic(BaseModel):
             failed_rank=job.failed_rank,
             exit_code=job.exit_code,
             global_batch_size=global_batch,
+            priority=job.priority or 0,
+            pending_reason=job.pending_reason if job.status == JobStatus.queued else None,
+            placement=_public_placement(job.placement),
+            host_losses=job.host_losses or 0,
+            restarts_used=job.restarts_used or 0,
         )
+
+
+def _public_placement(placed: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not placed:
+        return None
+    return {k: placed.get(k) for k in ("nodes", "nproc", "accumulation_steps")}
 
 
 def _finite(value: float | None) -> float | None:
@@ -182,3 +202,29 @@ class CodeFile(BaseModel):
 
 class CodeFiles(CodeBundle):
     paths: list[CodeFile]
+
+
+class HostJob(BaseModel):
+    id: int
+    name: str
+    node_rank: int
+
+
+class HostPublic(BaseModel):
+    name: str
+    address: str
+    pool: str
+    gpus: list[str]
+    cpu_slots: int
+    free_gpus: list[str]
+    free_slots: int
+    jobs: list[HostJob]
+    last_seen: datetime
+    alive: bool
+    draining: bool
+
+
+class PriorityChange(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    priority: int = Field(ge=-1000, le=1000, description="Higher runs first.")

@@ -153,13 +153,6 @@ def check_plain_text(spec: JobSpec) -> None:
         raise SpecRefused(("body",), "the spec contains a NUL character; remove it")
 
 
-def check_single_node(spec: JobSpec) -> None:
-    if spec.nnodes != 1:
-        raise SpecRefused(
-            ("body", "nnodes"), "this service runs single-node jobs for now: set nnodes 1 (use nproc for more ranks)"
-        )
-
-
 def check_data_paths(spec: JobSpec, settings: Settings) -> JobSpec:
     """Return the spec with its data folder (root / path) resolved inside the allowed data set folders."""
     arg = confine.path_arg(spec.data.name)
@@ -206,11 +199,12 @@ def check_cpu_ranks(spec: JobSpec, settings: Settings) -> None:
     if capacity.gpus_needed(spec, capacity.largest_gpu_count(settings)) != 0:
         return  # a GPU job: check_capacity compares nproc with the GPUs
     limit = cpu_rank_limit(settings)
-    if spec.nproc > limit:
+    smallest = spec.min_nproc or spec.nproc  # elastic fit starts with what a host has
+    if smallest > limit:
         raise _limit(
-            ("body", "nproc"),
+            ("body", "min_nproc" if spec.min_nproc else "nproc"),
             "nproc of a CPU job",
-            spec.nproc,
+            smallest,
             limit,
             "max_cpu_ranks",
             "each rank takes a core: lower nproc (accumulation_steps keeps the global batch)",
@@ -329,7 +323,6 @@ def check_quota(settings: Settings) -> None:
 def apply(spec: JobSpec, settings: Settings) -> JobSpec:
     """Run every submit check; return the spec to store (paths resolved)."""
     check_plain_text(spec)
-    check_single_node(spec)
     check_code(spec, settings)
     check_entrypoint(spec, settings)
     check_user_code(spec, settings)

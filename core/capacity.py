@@ -1,19 +1,15 @@
-"""Can any worker ever run this job? The API calls `check_fits` at submit to refuse the impossible.
+"""Can any host ever run this job? The API calls `check_fits` at submit to refuse the impossible.
 
-Each worker records its GPUs in `<runs_dir>/.hosts/<hostname>.json` when it starts (the runs dir is
-shared between API and workers in the embedded mode and in docker-compose). With no record, the
-API host's own GPUs (RANKZERO_GPUS or nvidia-smi) stand in.
+The hosts table (core/hosts.py: every worker registers its host's GPUs and CPU slots) is the
+answer; the rules are the scheduler's own (core/placement.py `never_fits`). With no host
+registered yet (an API started before its workers), the API host's GPUs stand in, so a job for
+GPUs nobody has is still refused.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import socket
 import subprocess
-import time
-from pathlib import Path
 
 from core.settings import Settings
 from trainer.spec import JobSpec
@@ -38,33 +34,25 @@ def host_gpus(settings: Settings) -> list[str]:
     return detect_gpus()
 
 
-def _hosts_dir(settings: Settings) -> Path:
-    return settings.resolved_runs_dir / ".hosts"
+def _known_hosts(settings: Settings) -> list:
+    from core import hosts, placement
+    from core.db import get_engine
 
-
-def register_host(settings: Settings) -> Path:
-    """Write this worker's GPU list where the API can read it."""
-    directory = _hosts_dir(settings)
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{socket.gethostname()}.json"
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"host": socket.gethostname(), "gpus": host_gpus(settings), "updated": time.time()}))
-    tmp.replace(path)
-    return path
-
-
-def largest_gpu_count(settings: Settings) -> int:
-    counts = []
-    directory = _hosts_dir(settings)
-    if directory.is_dir():
-        for path in directory.glob("*.json"):
-            try:
-                counts.append(len(json.loads(path.read_text())["gpus"]))
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-    if not counts:
-        counts.append(len(host_gpus(settings)))
-    return max(counts)
+    rows = hosts.read_all(get_engine(settings.resolved_database_url), settings.resolved_stale_after_s)
+    views = [
+        placement.HostView(name=h.name, pool=h.pool, gpus=h.gpus, cpu_slots=h.cpu_slots, storage_id=h.storage_id)
+        for h in rows
+    ]
+    if not any(v.pool == settings.queue for v in views):
+        # Nobody registered for this pool yet: this host stands in (CPU slots unbounded here; the
+        # submit limits cap CPU ranks).
+        views.append(
+            placement.HostView(
+                name="(this host)", pool=settings.queue, gpus=tuple(host_gpus(settings)), cpu_slots=4096,
+                storage_id="local",
+            )
+        )  # fmt: skip
+    return views
 
 
 def gpus_needed(spec: JobSpec, host_gpu_count: int) -> int:
@@ -76,19 +64,13 @@ def gpus_needed(spec: JobSpec, host_gpu_count: int) -> int:
     return spec.nproc
 
 
+def largest_gpu_count(settings: Settings) -> int:
+    """The most GPUs any known host of this pool has."""
+    return max((len(v.gpus) for v in _known_hosts(settings) if v.pool == settings.queue), default=0)
+
+
 def check_fits(spec: JobSpec, settings: Settings) -> str | None:
-    """None when some worker could run `spec`, else the reason it never could (and what to change)."""
-    if spec.nnodes != 1:
-        return "the service launches single-node jobs: set nnodes 1 (use nproc for more ranks on one host)"
-    largest = largest_gpu_count(settings)
-    if spec.device == "cuda" and largest == 0:
-        return "device 'cuda' but no worker has a GPU: use device 'cpu' or 'auto'"
-    if spec.sync == "dataparallel" and spec.device != "cpu" and largest < 2:
-        return f"sync 'dataparallel' needs a worker with at least 2 GPUs; the largest has {largest}"
-    needed = gpus_needed(spec, largest)
-    if needed > largest:
-        return (
-            f"the job needs {needed} GPUs (nproc {spec.nproc}) but the largest worker has {largest}: "
-            f"lower nproc to {largest} (use accumulation_steps to keep the global batch) or set device 'cpu'"
-        )
-    return None
+    """None when some host could run `spec`, else the reason none ever could (and what to change)."""
+    from core import placement
+
+    return placement.never_fits(spec, settings.queue, _known_hosts(settings))

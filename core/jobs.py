@@ -28,6 +28,10 @@ S = JobStatus
 UNDISPATCHED = datetime(2000, 1, 1, tzinfo=timezone.utc)
 
 
+# What a job that goes back to the queue forgets: where it ran. The scheduler places it afresh.
+UNPLACED: dict[str, object] = {"placement": None, "placement_id": None, "rendezvous": None, "preempt_for": None}
+
+
 class FencedOut(Exception):
     """A supervisor's write was refused: the row is now another attempt's (this one was replaced)."""
 
@@ -45,7 +49,10 @@ def create(session: Session, name: str, spec: dict[str, Any], queue: str, idempo
     The row is born undispatched (a stale heartbeat): if the caller dies before its message reaches
     the broker, the recovery sweep sends it. Raises IntegrityError when `idempotency_key` is taken.
     """
-    job = Job(name=name, spec=spec, status=S.queued, queue=queue, idempotency_key=idempotency_key)
+    priority = spec.get("priority", 0) if isinstance(spec.get("priority"), int) else 0
+    job = Job(
+        name=name, spec=spec, status=S.queued, queue=queue, idempotency_key=idempotency_key, priority=priority
+    )
     job.heartbeat_at = UNDISPATCHED
     session.add(job)
     session.flush()
@@ -55,7 +62,7 @@ def create(session: Session, name: str, spec: dict[str, Any], queue: str, idempo
     return job
 
 
-def transition(
+def transition(  # noqa: PLR0913 (one keyword per guard of the conditional UPDATE)
     session: Session,
     job_id: int,
     to: JobStatus,
@@ -63,12 +70,14 @@ def transition(
     expect: JobStatus | set[JobStatus] | frozenset[JobStatus] | None = None,
     detail: str | None = None,
     fence: int | None = None,
+    placed_as: str | None = None,
     **fields: object,
 ) -> bool:
     """Move job `job_id` to `to` if it is in one of `expect` (default: any state allowed to reach `to`).
 
     Returns False, changing nothing, when the job was not in an expected state (someone else won), or,
-    with `fence`, when its `attempt` is no longer `fence` (a supervisor that was replaced).
+    with `fence`, when its `attempt` is no longer `fence` (a supervisor that was replaced), or, with
+    `placed_as`, when it no longer holds that placement id (a stale message of the scheduler).
     Extra `fields` are written in the same UPDATE. The caller commits.
     """
     if expect is None:
@@ -87,6 +96,8 @@ def transition(
     where = [Job.id == job_id, Job.status.in_(sources)]  # type: ignore[attr-defined]
     if fence is not None:
         where.append(Job.attempt == fence)
+    if placed_as is not None:
+        where.append(Job.placement_id == placed_as)
     result = session.execute(update(Job).where(*where).values(**values))
     if result.rowcount != 1:
         return False
@@ -95,16 +106,29 @@ def transition(
     return True
 
 
-def claim(engine: Engine, job_id: int, runs_dir: Path) -> Job | None:
-    """Move the job queued → starting (attempt + 1) for this host; None when another delivery won."""
-    host = socket.gethostname()
+def claim(
+    engine: Engine,
+    job_id: int,
+    runs_dir: Path,
+    *,
+    host: str | None = None,
+    placement_id: str | None = None,
+    rendezvous: str | None = None,
+) -> Job | None:
+    """Move the job queued → starting (attempt + 1) for this host; None when another delivery won.
+
+    With `placement_id`, only while the row still holds that placement (the scheduler's message is
+    not stale); `rendezvous` is node 0's c10d endpoint, which the other nodes wait for."""
+    host = host or socket.gethostname()
+    hosts = _placement_hosts(engine, job_id) if placement_id else host
     with Session(engine) as s:
         won = transition(
             s,
             job_id,
             S.starting,
             expect=S.queued,
-            detail=f"claimed by {host}",
+            detail=f"claimed by {hosts}",
+            placed_as=placement_id,
             attempt=Job.attempt + 1,
             worker_host=host,
             heartbeat_at=now_sql(s),
@@ -112,6 +136,8 @@ def claim(engine: Engine, job_id: int, runs_dir: Path) -> Job | None:
             pid=None,
             exit_code=None,
             failed_rank=None,
+            rendezvous=rendezvous,
+            pending_reason=None,
         )
         s.commit()
         if not won:
@@ -163,6 +189,7 @@ def requeue(engine: Engine, job_id: int, detail: str, attempt: int | None = None
             fence=attempt,
             pid=None,
             heartbeat_at=None,
+            **UNPLACED,
             **fields,
         )
         s.commit()
@@ -235,6 +262,61 @@ def take_stale_queued(session: Session, job_id: int, seen_beat: datetime | None)
     return result.rowcount == 1
 
 
+# --- scheduling ---------------------------------------------------------------------------------
+
+
+def place(conn: Connection, job_id: int, placement: dict[str, Any], placement_id: str) -> bool:
+    """The scheduler put queued job `job_id` on hosts: True when it was still queued and unplaced."""
+    result = conn.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status == S.queued, Job.placement_id.is_(None))  # type: ignore[union-attr]
+        .values(placement=placement, placement_id=placement_id, pending_reason=None, heartbeat_at=now_sql(conn))
+    )
+    return result.rowcount == 1
+
+
+def unplace(engine: Engine, job_id: int, placement_id: str | None = None, reason: str | None = None) -> bool:
+    """Take back the placement of a queued job (its message could not be sent, or its host died before
+    starting it): the scheduler places it again. With `placement_id`, only that placement."""
+    where = [Job.id == job_id, Job.status == S.queued, Job.placement_id.isnot(None)]  # type: ignore[union-attr]
+    if placement_id is not None:
+        where.append(Job.placement_id == placement_id)
+    with engine.begin() as conn:
+        values = {**UNPLACED, "pending_reason": reason, "heartbeat_at": now_sql(conn)}
+        return conn.execute(update(Job).where(*where).values(**values)).rowcount == 1  # type: ignore[arg-type]
+
+
+def set_pending_reason(conn: Connection, job_id: int, reason: str) -> None:
+    unplaced = Job.placement_id.is_(None)  # type: ignore[union-attr]
+    conn.execute(update(Job).where(Job.id == job_id, Job.status == S.queued, unplaced).values(pending_reason=reason))
+
+
+def request_preemption(conn: Connection, victim_id: int, for_job: int) -> bool:
+    """Ask a running preemptible job to checkpoint and step back for `for_job` (its supervisor acts on it)."""
+    result = conn.execute(
+        update(Job)
+        .where(Job.id == victim_id, Job.status.in_([S.starting, S.running]), Job.preempt_for.is_(None))  # type: ignore[attr-defined,union-attr]
+        .values(preempt_for=for_job)
+    )
+    return result.rowcount == 1
+
+
+def set_priority(session: Session, job_id: int, priority: int) -> bool:
+    """Change a queued job's priority (a live job keeps the one it was placed with). False: not queued."""
+    result = session.execute(update(Job).where(Job.id == job_id, Job.status == S.queued).values(priority=priority))  # type: ignore[arg-type]
+    if result.rowcount != 1:
+        return False
+    detail = f"priority set to {priority}"
+    session.add(JobTransition(job_id=job_id, status=S.queued, at=now_sql(session), detail=detail))
+    return True
+
+
+def _placement_hosts(engine: Engine, job_id: int) -> str:
+    job = get_job(engine, job_id)
+    nodes = (job.placement or {}).get("nodes", []) if job else []
+    return ", ".join(str(n.get("host")) for n in nodes) or socket.gethostname()
+
+
 # --- reading ------------------------------------------------------------------------------------
 
 
@@ -251,6 +333,13 @@ def status_and_attempt(engine: Engine, job_id: int) -> tuple[JobStatus | None, i
     with Session(engine) as s:
         job = s.get(Job, job_id)
         return (JobStatus(job.status), int(job.attempt)) if job else (None, 0)
+
+
+def live_view(engine: Engine, job_id: int) -> tuple[JobStatus | None, int, int | None]:
+    """The row's status, attempt and preempt_for (what a supervisor polls); (None, 0, None) when gone."""
+    with Session(engine) as s:
+        job = s.get(Job, job_id)
+        return (JobStatus(job.status), int(job.attempt), job.preempt_for) if job else (None, 0, None)
 
 
 def status_of(engine: Engine, job_id: int) -> JobStatus | None:

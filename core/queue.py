@@ -27,7 +27,8 @@ log = logging.getLogger("rankzero.queue")
 _lock = threading.Lock()
 _producers: dict[str, Celery] = {}
 
-TASK_RUN_JOB = "rankzero.run_job"
+TASK_RUN_JOB = "rankzero.run_job"  # before the scheduler: any worker of the pool; now only a nudge
+TASK_RUN_NODE = "rankzero.run_node"  # one node of a placed job, on its host's own queue
 
 
 def make_celery(settings: Settings) -> Celery:
@@ -44,10 +45,11 @@ def make_celery(settings: Settings) -> Celery:
         # the worker share one SQLite file, so wait for its lock rather than fail.
         transport_options["connect_args"] = {"timeout": 30}
         # It polls its table for new messages, once a second by default: that second would be added
-        # to every job's start. Its options all go to create_engine, so set the class attribute.
-        from kombu.transport.sqlalchemy import Transport
+        # to every job's start. Poll every embedded_poll_s while busy, less when idle, and wake on a
+        # write to the broker's file (a submit): see core/kombu_compat.py.
+        from core import kombu_compat
 
-        Transport.polling_interval = settings.embedded_poll_s
+        kombu_compat.poll_adaptively(settings.embedded_poll_s)
     app.conf.update(
         task_default_queue=settings.queue,
         task_acks_late=True,
@@ -92,13 +94,21 @@ def enqueue(job_id: int, settings: Settings) -> None:
     )
 
 
+def send_node(job_id: int, node_rank: int, placement_id: str, host_queue: str, settings: Settings) -> None:
+    """Tell one host to run node `node_rank` of job `job_id` as placed (`placement_id` fences stale copies)."""
+    app = _producer(settings)
+    app.send_task(
+        TASK_RUN_NODE,
+        args=[int(job_id), int(node_rank), placement_id],
+        queue=host_queue,
+        retry=True,
+        retry_policy={"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 1},
+    )
+
+
 def enqueue_or_defer(job_id: int, settings: Settings) -> bool:
-    """`enqueue`, or when the broker is unreachable leave the job for the recovery sweep to resend. True: sent."""
-    try:
-        enqueue(job_id, settings)
-    except Exception as exc:  # any broker failure: the database row stays the truth
-        log.warning("job %s: broker unreachable (%s); the recovery sweep will dispatch it", job_id, exc)
-        jobs.mark_undispatched(job_id, settings)
-        return False
+    """Hand a queued job to the scheduler (worker/scheduler.py), which places it on hosts and sends
+    each node its message: nothing goes to the broker here, so a broker outage never loses a submit.
+    The row is marked as vouched for (the recovery sweep leaves it alone). True: always."""
     jobs.mark_dispatched(job_id, settings)
     return True

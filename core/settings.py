@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import socket
 from functools import lru_cache
 from pathlib import Path
 
@@ -98,6 +99,30 @@ class Settings(BaseSettings):
     embedded_poll_s: float = Field(
         0.1, gt=0, le=60, description="How often a worker polls the embedded (SQLAlchemy) broker for messages."
     )
+    # --- this host, as the scheduler sees it (worker/hosts.py registers it; docs/scheduler.md) ---
+    host_name: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9._-]{1,100}$", description="This worker's host name; default: the hostname."
+    )
+    host_address: str | None = Field(
+        None,
+        max_length=255,
+        description="An address the other hosts reach this one at (node 0's rendezvous); default: the hostname's.",
+    )
+    cpu_slots: int | None = Field(
+        None, ge=1, le=4096, description="Rank slots for CPU jobs on this host; default: its core count."
+    )
+    max_host_losses: int = Field(
+        3,
+        ge=0,
+        le=1000,
+        description="A job resumed this many times after losing its host (not its own fault) is failed the next time.",
+    )
+    scheduler_poll_s: float = Field(
+        0.5, gt=0, le=60, description="How often the active scheduler places queued jobs."
+    )
+    job_memory_limit_mb: int | None = Field(
+        None, ge=64, description="Default memory limit of a job's processes (MiB) when its spec sets none."
+    )
     # --- what a job spec may ask for (api/submit_policy.py; docs/trainer.md "Limits") ---
     datasets_dir: Path | None = Field(
         None,
@@ -159,6 +184,23 @@ class Settings(BaseSettings):
     @property
     def resolved_runs_dir(self) -> Path:
         return (self.runs_dir or self.data_dir / "runs").resolve()
+
+    @property
+    def resolved_host_name(self) -> str:
+        return self.host_name or socket.gethostname()[:100]
+
+    @property
+    def resolved_host_address(self) -> str:
+        if self.host_address:
+            return self.host_address
+        try:
+            return socket.gethostbyname(socket.gethostname())
+        except OSError:
+            return "127.0.0.1"
+
+    @property
+    def resolved_cpu_slots(self) -> int:
+        return self.cpu_slots or os.cpu_count() or 1
 
     @property
     def resolved_stale_after_s(self) -> float:

@@ -234,7 +234,7 @@ class JobSpec(StrictModel):
     )
     memory_limit_mb: int | None = Field(
         None,
-        ge=64,
+        ge=256,
         le=16 * 1024 * 1024,
         description="Stop the job when its processes together use more resident memory (MiB) than this.",
     )

@@ -46,18 +46,20 @@ def wait_gone(proc: subprocess.Popen[bytes], mark: str, timeout_s: float = 10.0)
     return proc.returncode
 
 
-def stop_earlier_attempts(run_root: Path, grace_s: float, keep_alive: Callable[[], object] | None = None) -> list[int]:
+def stop_earlier_attempts(
+    run_root: Path, grace_s: float, keep_alive: Callable[[], object] | None = None, attempt: int | None = None
+) -> list[int]:
     """Before an attempt launches: stop every process any earlier attempt of this job left running
     (a supervisor that died or froze; its torchrun is not our child). SIGTERM first, so the ranks
     checkpoint on their way out, SIGKILL after `grace_s`; returns the pids found. Never two attempts at once.
     `keep_alive` is called about once a second meanwhile (the new attempt's heartbeat)."""
-    found = pids_of_run(run_root)
+    found = pids_of_run(run_root, attempt)
     if not found:
         return []
     signal_all(found, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     beat = 0.0
-    while (left := pids_of_run(run_root)) and time.monotonic() < deadline:
+    while (left := pids_of_run(run_root, attempt)) and time.monotonic() < deadline:
         if keep_alive is not None and time.monotonic() - beat >= 1.0:
             keep_alive()
             beat = time.monotonic()
@@ -67,5 +69,5 @@ def stop_earlier_attempts(run_root: Path, grace_s: float, keep_alive: Callable[[
         signal_all(left, signal.SIGCONT)  # a stopped process dies of SIGKILL anyway; SIGCONT lets it be reaped
         signal_all(left, signal.SIGKILL)
         time.sleep(0.1)
-        left = pids_of_run(run_root)
+        left = pids_of_run(run_root, attempt)
     return found

@@ -2,14 +2,13 @@
 
 A lease is an exclusive flock on one file per GPU, held by the supervising process for the
 job's lifetime: if that process dies, the kernel releases the lock, so a crash never leaks GPUs.
-Jobs that do not fit wait in order (lowest job id first) via waiter files, also flock-held.
+Which GPUs a node gets is the scheduler's decision (worker/scheduler.py); the lease only makes sure
+the job that had them before has let go.
 """
 
 from __future__ import annotations
 
 import fcntl
-import os
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,8 +20,8 @@ from core.settings import Settings
 
 
 def lock_dir(settings: Settings) -> Path:
-    path = settings.data_dir / "gpu-locks" / socket.gethostname()
-    (path / "waiting").mkdir(parents=True, exist_ok=True)
+    path = settings.data_dir / "gpu-locks" / settings.resolved_host_name
+    path.mkdir(parents=True, exist_ok=True)
     return path
 
 
@@ -51,65 +50,29 @@ def _try_lock(path: Path) -> IO[str] | None:
     return fh
 
 
-def _try_take(directory: Path, gpus: list[str], n: int) -> GpuLease | None:
-    lease = GpuLease(gpus=[])
-    for gpu in gpus:
-        fh = _try_lock(directory / f"gpu{gpu}.lock")
-        if fh is None:
-            continue
-        lease.gpus.append(gpu)
-        lease._files.append(fh)
-        if len(lease.gpus) == n:
-            return lease
-    lease.release()
-    return None
-
-
-def _head_of_line(waiting: Path, mine: Path) -> bool:
-    """True when no live waiter has a smaller job id than ours (stale waiter files are removed)."""
-    for other in sorted(waiting.iterdir()):
-        if other == mine:
-            return True
-        fh = _try_lock(other)
-        if fh is not None:  # nobody holds it: its waiter died
-            other.unlink(missing_ok=True)
-            fh.close()
-            continue
-        return False
-    return True
-
-
-def acquire(
-    settings: Settings,
-    job_id: int,
-    n: int,
-    *,
-    keep_waiting: Callable[[], bool],
-    poll_s: float = 0.5,
+def lease_exact(
+    settings: Settings, wanted: list[str], *, keep_waiting: Callable[[], bool], poll_s: float = 0.5
 ) -> GpuLease | None:
-    """Lease `n` of this host's GPUs for job `job_id`, waiting in job-id order.
+    """Lease exactly the GPUs the scheduler placed a node on (worker/scheduler.py): they are free by the
+    scheduler's account, but the job that had them may still be releasing them; wait for that.
 
-    Returns None when `keep_waiting()` turns False (the job was cancelled or claimed elsewhere).
-    """
-    gpus = host_gpus(settings)
-    if n > len(gpus):
-        raise ValueError(f"job needs {n} GPUs but this host has {len(gpus)}")
+    Returns None when `keep_waiting()` turns False (the job was cancelled or placed again)."""
+    known = set(host_gpus(settings))
+    missing = [g for g in wanted if g not in known]
+    if missing:
+        raise ValueError(f"placed on GPU(s) {', '.join(missing)} that this host does not have")
     directory = lock_dir(settings)
-    waiting = directory / "waiting"
-    mine = waiting / f"{job_id:012d}-{os.getpid()}"
-    me = _try_lock(mine)
-    try:
-        while True:
-            with open(directory / "alloc.lock", "a") as alloc:
-                fcntl.flock(alloc, fcntl.LOCK_EX)
-                if _head_of_line(waiting, mine):
-                    lease = _try_take(directory, gpus, n)
-                    if lease is not None:
-                        return lease
-            if not keep_waiting():
-                return None
-            time.sleep(poll_s)
-    finally:
-        mine.unlink(missing_ok=True)
-        if me is not None:
-            me.close()
+    while True:
+        lease = GpuLease(gpus=[])
+        for gpu in wanted:
+            fh = _try_lock(directory / f"gpu{gpu}.lock")
+            if fh is None:
+                break
+            lease.gpus.append(gpu)
+            lease._files.append(fh)
+        if len(lease.gpus) == len(wanted):
+            return lease
+        lease.release()
+        if not keep_waiting():
+            return None
+        time.sleep(poll_s)

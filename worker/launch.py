@@ -64,6 +64,29 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class Topology:
+    """Where this torchrun sits in its job: ranks on this node, nodes, this node's rank, the rendezvous.
+
+    One node: the c10d store on 127.0.0.1 and a free port. Several: node 0 hosts the store at the
+    endpoint the scheduler's placement names (its address, a port free there), the others join it."""
+
+    nproc: int
+    nnodes: int = 1
+    node_rank: int = 0
+    endpoint: str | None = None  # host:port of node 0's c10d store (several nodes)
+
+    def rendezvous_args(self, port: int) -> list[str]:
+        if self.nnodes == 1 or self.endpoint is None:
+            return ["--nnodes=1", f"--rdzv-endpoint=127.0.0.1:{port}"]
+        return [
+            f"--nnodes={self.nnodes}",
+            f"--node-rank={self.node_rank}",
+            f"--rdzv-endpoint={self.endpoint}",
+            f"--rdzv-conf=is_host={'true' if self.node_rank == 0 else 'false'}",
+        ]
+
+
 @dataclass
 class Launched:
     proc: subprocess.Popen[bytes]
@@ -73,20 +96,31 @@ class Launched:
     launcher_log: Path
 
 
+def node_log_dir(run: RunDir, attempt: int, node_rank: int) -> Path:
+    """torchrun's --log-dir: node 0 (and every one-node job) the attempt's folder, node r a folder in it."""
+    base = run.attempt_logs(attempt)
+    return base if node_rank == 0 else base / f"node_{node_rank}"
+
+
 def build_command(
-    run: RunDir, job_id: int, attempt: int, nproc: int, port: int, entry: Entrypoint | None = None
+    run: RunDir,
+    job_id: int,
+    attempt: int,
+    nproc: int | Topology,
+    port: int,
+    entry: Entrypoint | None = None,
 ) -> list[str]:
     """torchrun's command line: the built-in trainer, or a script job's entrypoint (`<script> <args>`
     or `-m <module> <args>`, words as the user gave them: no shell ever parses them)."""
+    topo = nproc if isinstance(nproc, Topology) else Topology(nproc=nproc)
     torchrun = [
         sys.executable, "-m", "torch.distributed.run",
-        "--nnodes=1",
-        f"--nproc-per-node={nproc}",
+        *topo.rendezvous_args(port),
+        f"--nproc-per-node={topo.nproc}",
         "--rdzv-backend=c10d",
-        f"--rdzv-endpoint=127.0.0.1:{port}",
         f"--rdzv-id=rankzero-{job_id}-{attempt}",
         "--max-restarts=0",  # restarts are the worker's business (spec.max_restarts), from a checkpoint
-        f"--log-dir={run.attempt_logs(attempt)}",
+        f"--log-dir={node_log_dir(run, attempt, topo.node_rank)}",
         "--redirects=3",
     ]  # fmt: skip
     if entry is not None:
@@ -158,7 +192,7 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
     spec: dict,
     job_id: int,
     attempt: int,
-    nproc: int,
+    nproc: int | Topology,
     cuda_visible_devices: str | None,
     settings: Settings | None = None,
     code_dir: Path | None = None,
@@ -167,27 +201,31 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
 
     `code_dir`: the job's unpacked code bundle (worker/bundles.py `code_dir`), first on the ranks' PYTHONPATH.
     A script job (spec `entrypoint`) runs its script in a working folder that shows the bundle's files
-    (worker/script_jobs.py); the built-in trainer runs in the run dir.
+    (worker/script_jobs.py); the built-in trainer runs in the run dir. `nproc` may be a Topology: then
+    node 0 writes the spec and the other nodes read the one it wrote (the runs dir is shared).
     """
+    topo = nproc if isinstance(nproc, Topology) else Topology(nproc=nproc)
     settings = settings if settings is not None else get_settings()
     run.root.mkdir(parents=True, exist_ok=True)
     run.checkpoints.mkdir(exist_ok=True)
     run.tensorboard.mkdir(exist_ok=True)
     entry = parse_entrypoint(spec["entrypoint"]) if spec.get("entrypoint") else None
     cwd = script_workdir(run, entry, code_dir) if entry is not None else run.root
-    log_dir = run.attempt_logs(attempt)
+    log_dir = node_log_dir(run, attempt, topo.node_rank)
     log_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run.spec.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(spec, indent=2))
-    tmp.replace(run.spec)
+    if topo.node_rank == 0:
+        tmp = run.spec.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(spec, indent=2))
+        tmp.replace(run.spec)
     port = free_port()
     mark = f"{job_id}-{attempt}-{uuid.uuid4().hex}"
-    launcher_log = run.logs / f"attempt_{attempt}.torchrun.log"
+    node = "" if topo.node_rank == 0 else f".node_{topo.node_rank}"
+    launcher_log = run.logs / f"attempt_{attempt}{node}.torchrun.log"
     env = rank_env(mark, cuda_visible_devices, settings, job_env(run, spec, job_id, attempt, settings))
     with open(launcher_log, "ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "worker.rank_guard", str(settings.cancel_grace_s),
-             *build_command(run, job_id, attempt, nproc, port, entry)],  # fmt: skip
+             *build_command(run, job_id, attempt, topo, port, entry)],  # fmt: skip
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -1,5 +1,6 @@
-"""Worker start and stop hooks (Celery signals, main process): migrate, announce GPUs, recover
-jobs of dead workers, and on shutdown tell the supervisors to hand their jobs back."""
+"""Worker start and stop hooks (Celery signals, main process): migrate, register the host, start the
+host heartbeat, the scheduler candidate and the recovery sweep, and on shutdown tell the supervisors
+to hand their jobs back."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from typing import Any
 
 from celery.signals import worker_ready, worker_shutting_down
 
-from core import capacity
+from core import capacity, hosts
 from core.settings import Settings
-from worker import drain, recover
+from worker import drain, recover, scheduler
 
 log = logging.getLogger("rankzero.worker")
 _stop = threading.Event()
@@ -28,14 +29,36 @@ def prepare(settings: Settings) -> None:
 
     upgrade(settings.resolved_database_url)
     settings.resolved_runs_dir.mkdir(parents=True, exist_ok=True)
-    capacity.register_host(settings)
+    hosts.register(settings, capacity.host_gpus(settings))
     drain.clear_drain(settings)
+
+
+def start_host_heartbeat(settings: Settings, stop: threading.Event) -> threading.Thread:
+    """Keep this host's row fresh every heartbeat_s (the scheduler places only on live hosts); on stop,
+    mark it draining so nothing new is placed here."""
+
+    def loop() -> None:
+        while not stop.wait(settings.heartbeat_s):
+            try:
+                hosts.beat(settings)
+            except Exception:  # the database may be restarting; the next beat tries again
+                log.warning("host heartbeat failed", exc_info=True)
+        try:
+            hosts.beat(settings, draining=True)
+        except Exception:
+            log.warning("could not mark the host draining", exc_info=True)
+
+    thread = threading.Thread(target=loop, name="rankzero-host-heartbeat", daemon=True)
+    thread.start()
+    return thread
 
 
 @worker_ready.connect
 def _on_ready(sender: Any = None, **_: Any) -> None:
     settings = _settings(sender)
     prepare(settings)
+    start_host_heartbeat(settings, _stop)
+    scheduler.start_scheduler_thread(settings, _stop)
     recover.start_recovery_thread(settings, _stop)
 
 

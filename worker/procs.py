@@ -32,15 +32,26 @@ def pids_with_mark(mark: str) -> list[int]:
     return [pid for pid, env in _live_environs() if needle in env]
 
 
-def pids_of_run(run_root: Path) -> list[int]:
+def _attempt_of(env: list[bytes]) -> int | None:
+    """The attempt a process belongs to, from its mark `<job>-<attempt>-<hex>` (None: not one of ours)."""
+    for item in env:
+        if item.startswith(b"RANKZERO_JOB_MARK="):
+            parts = item.split(b"=", 1)[1].split(b"-")
+            return int(parts[1]) if len(parts) >= 3 and parts[1].isdigit() else 0
+    return None
+
+
+def pids_of_run(run_root: Path, before_attempt: int | None = None) -> list[int]:
     """torchrun and the ranks of any attempt of the job that runs in `run_root` (launch.py gives each
-    of them RANKZERO_RUN_DIR=<run_root resolved> and a RANKZERO_JOB_MARK), whoever launched them."""
+    of them RANKZERO_RUN_DIR=<run_root resolved> and a RANKZERO_JOB_MARK), whoever launched them.
+    `before_attempt`: only those of earlier attempts (another node of this attempt may share the host)."""
     needle = f"RANKZERO_RUN_DIR={Path(run_root).resolve()}".encode()
-    return [
-        pid
-        for pid, env in _live_environs()
-        if needle in env and any(item.startswith(b"RANKZERO_JOB_MARK=") for item in env)
-    ]
+    found = []
+    for pid, env in _live_environs():
+        attempt = _attempt_of(env) if needle in env else None
+        if attempt is not None and (before_attempt is None or attempt < before_attempt):
+            found.append(pid)
+    return found
 
 
 def signal_all(pids: list[int], sig: int) -> None:

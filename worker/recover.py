@@ -1,10 +1,11 @@
 """Recovering jobs whose worker died: the database row, not the broker, decides.
 
 A live job (starting/running/cancelling) whose heartbeat is older than the stale threshold lost
-its worker: it goes back to the queue to resume from its latest checkpoint while restarts remain
-(spec.max_restarts), else it fails saying why; a lost `cancelling` job is simply cancelled. A
-queued job a worker was holding (waiting for GPUs; heartbeat set) whose holder went silent is
-dispatched again — with the embedded transport a consumed message is gone once its worker dies.
+its worker's host: not the job's fault, so it goes back to the queue to resume from its latest
+checkpoint without spending spec.max_restarts, at most settings.max_host_losses times (a job that
+kills its hosts is then failed, saying so); a lost `cancelling` job is simply cancelled. A queued
+job placed on a host that never started it (its message lost, its worker gone while holding it)
+is handed back to the scheduler to be placed again.
 Every worker runs this on start and every so often; the conditional UPDATE makes concurrent
 recoverers harmless.
 """
@@ -19,11 +20,10 @@ from datetime import datetime, timedelta, timezone
 from sqlalchemy import or_, select, text
 from sqlmodel import Session
 
-from core import jobs, queue
+from core import jobs
 from core.db import db_now, get_engine
 from core.settings import Settings
 from core.tables import Job, JobStatus
-from trainer.spec import JobSpec
 from worker import bundles
 
 log = logging.getLogger("rankzero.worker")
@@ -57,13 +57,13 @@ def recover_once(settings: Settings) -> list[int]:
     touched: list[int] = []
     with Session(engine) as s:
         rows = s.execute(
-            select(Job.id, Job.status, Job.heartbeat_at, Job.attempt, Job.spec).where(
+            select(Job.id, Job.status, Job.heartbeat_at, Job.host_losses).where(
                 Job.status.in_([S.starting, S.running, S.cancelling, S.queued]),
                 # Only this pool's jobs: another queue's workers judge (and rerun) their own.
                 or_(Job.queue == settings.queue, Job.queue.is_(None)),
             )
         ).all()  # type: ignore[attr-defined]
-    for job_id, status, raw_beat, attempt, spec in rows:
+    for job_id, status, raw_beat, losses in rows:
         beat = _aware(raw_beat)
         if not _stale(JobStatus(status), beat, queued_cutoff if status == S.queued else cutoff):
             continue
@@ -74,8 +74,7 @@ def recover_once(settings: Settings) -> list[int]:
             if status == S.queued:
                 won = jobs.take_stale_queued(s, job_id, raw_beat)
                 s.commit()
-                if won:
-                    queue.enqueue_or_defer(job_id, settings)
+                if won and jobs.unplace(engine, job_id, reason=f"its host did not start it ({since}); placing again"):
                     touched.append(job_id)
                 continue
             if status == S.cancelling:
@@ -88,28 +87,30 @@ def recover_once(settings: Settings) -> list[int]:
                     pid=None,
                 )
             else:
-                try:
-                    restarts = JobSpec.model_validate(spec).max_restarts
-                except ValueError:
-                    restarts = 0
-                if attempt <= restarts:
-                    detail = f"worker lost ({since}); resuming from the latest checkpoint"
-                    won = jobs.transition(
-                        s, job_id, S.queued, expect=status, detail=detail, pid=None, heartbeat_at=None
-                    )
-                else:
-                    msg = (
-                        f"worker {since} (host or worker died); the job was not restarted because max_restarts "
-                        f"is {restarts}: resubmit with resume_from set to its latest checkpoint, or set max_restarts"
-                    )
-                    won = jobs.transition(s, job_id, S.failed, expect=status, detail="worker lost", error=msg, pid=None)
+                won = _resume_or_fail(s, job_id, status, losses, since, settings)
             s.commit()
         if won:
             touched.append(job_id)
             log.warning("job %s: recovered (%s, was %s)", job_id, since, status.value)
-            if status in (S.starting, S.running) and attempt <= restarts:
-                queue.enqueue_or_defer(job_id, settings)
     return touched
+
+
+def _resume_or_fail(s: Session, job_id: int, status: JobStatus, losses: int, since: str, settings: Settings) -> bool:
+    """A live job whose worker went silent: its host was lost. Resume it (not a restart of the job's own
+    failure), unless it has lost its host max_host_losses times already."""
+    most = settings.max_host_losses
+    if losses < most:
+        detail = f"worker lost ({since}); resuming from the latest checkpoint ({losses + 1}/{most} host losses)"
+        return jobs.transition(
+            s, job_id, S.queued, expect=status, detail=detail, pid=None, heartbeat_at=None,
+            host_losses=Job.host_losses + 1, **jobs.UNPLACED,
+        )  # fmt: skip
+    msg = (
+        f"worker {since} (host or worker died), and the job had already lost its host {losses} times "
+        f"(RANKZERO_MAX_HOST_LOSSES {most}): not resumed again; check whether it exhausts its hosts (memory, "
+        "disk), then resubmit with resume_from set to its latest checkpoint"
+    )
+    return jobs.transition(s, job_id, S.failed, expect=status, detail="worker lost", error=msg, pid=None)
 
 
 def start_recovery_thread(settings: Settings, stop: threading.Event) -> threading.Thread:

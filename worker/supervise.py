@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import socket
 import time
 from dataclasses import dataclass
 from enum import Enum
@@ -23,8 +22,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
-from core import code_policy, jobs, queue
-from core.capacity import gpus_needed, host_gpus
+from core import code_policy, hosts, jobs, queue
+from core.capacity import host_gpus
 from core.db import get_engine
 from core.settings import Settings
 from core.tables import Checkpoint, Job, JobStatus
@@ -34,7 +33,8 @@ from trainer.run_dir import RunDir, job_run_dir
 from trainer.spec import JobSpec
 from worker import bundles, cancel, drain, errors, gpus, run_record, script_jobs
 from worker.ingest import EventsSeen, EventTail, Ingestor
-from worker.launch import Launched, launch
+from worker.launch import Launched, Topology, free_port, launch
+from worker.resources import ResourceWatch
 from worker.tensorboard import TensorBoardTail
 
 log = logging.getLogger("rankzero.worker")
@@ -55,6 +55,44 @@ class Attempt:
     spec: JobSpec
     run: RunDir
     launched: Launched
+    layout: Layout
+    restarts_used: int = 0  # failures already restarted (spec.max_restarts bounds them)
+    host_losses: int = 0  # resumes after a lost host (settings.max_host_losses bounds them)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the scheduler placed this attempt: the torchrun topology of this node, the accumulation the
+    ranks use (raised by elastic fit), and the other nodes' hosts (node 0 watches them)."""
+
+    topology: Topology
+    accumulation_steps: int
+    peers: tuple[str, ...] = ()
+    gpus: tuple[str, ...] = ()  # this node's leased GPUs (sampled as sys/gpu<i>/...)
+
+    @classmethod
+    def single(cls, spec: JobSpec) -> Layout:
+        return cls(Topology(nproc=spec.nproc), spec.accumulation_steps)
+
+    @classmethod
+    def of(cls, spec: JobSpec, placed: dict[str, Any] | None, node_rank: int, endpoint: str | None) -> Layout:
+        if not placed:
+            return cls.single(spec)
+        nodes = placed.get("nodes", [])
+        topo = Topology(
+            nproc=int(placed.get("nproc", spec.nproc)), nnodes=len(nodes), node_rank=node_rank, endpoint=endpoint
+        )
+        peers = tuple(str(n["host"]) for n in nodes if int(n["node_rank"]) != node_rank)
+        gpus = tuple(str(g) for g in nodes[node_rank].get("gpus", [])) if node_rank < len(nodes) else ()
+        return cls(topo, int(placed.get("accumulation_steps", spec.accumulation_steps)), peers, gpus)
+
+    def spec_for_ranks(self, spec_dict: dict[str, Any]) -> dict[str, Any]:
+        """The spec the ranks read: with elastic fit, the ranks and accumulation they really run with
+        (the global batch, and so the weights, unchanged)."""
+        if self.topology.nproc != spec_dict.get("nproc") and spec_dict.get("entrypoint") is None:
+            return {**spec_dict, "nproc": self.topology.nproc, "accumulation_steps": self.accumulation_steps,
+                    "min_nproc": None}  # fmt: skip
+        return spec_dict
 
 
 class StopReason(str, Enum):
@@ -64,6 +102,9 @@ class StopReason(str, Enum):
     drain = "drain"  # this worker is shutting down
     stall = "stall"  # no sign of life for stall_timeout_s (or startup_timeout_s before the first)
     gone = "gone"  # the row was deleted or finished under us: do not leave ranks behind
+    memory = "memory"  # the job's processes use more memory than its limit (worker/resources.py)
+    preempt = "preempt"  # the scheduler needs our place for a higher-priority job: checkpoint, requeue
+    host_lost = "host_lost"  # another node's host went silent: stop every node, resume elsewhere
 
 
 @dataclass(frozen=True)
@@ -113,45 +154,65 @@ def _runnable_spec(engine: Engine, job: Job, settings: Settings) -> JobSpec | st
 
 
 def run_job(job_id: int, settings: Settings) -> str:
-    """Run job `job_id` if it is still queued; return a one-line account (for the worker log)."""
+    """A message of the service before the scheduler: the scheduler places the job now (a no-op)."""
+    return f"job {job_id}: left to the scheduler (a message from before placement)"
+
+
+def run_node(job_id: int, node_rank: int, placement_id: str, settings: Settings) -> str:
+    """Run node `node_rank` of job `job_id` as the scheduler placed it; return a one-line account.
+
+    Node 0 claims the job and supervises it (events, outcome); the other nodes follow it
+    (worker/follower.py). A message for a placement the row no longer holds is a no-op."""
     engine = get_engine(settings.resolved_database_url)
     job = jobs.get_job(engine, job_id)
     if job is None:
         return f"job {job_id}: no such job"
+    if job.placement_id != placement_id or not job.placement:
+        return f"job {job_id}: placement {placement_id[:8]} is no longer the job's; nothing to do"
+    if node_rank > 0:
+        from worker import follower
+
+        return follower.run_follower(engine, settings, job_id, node_rank, placement_id)
     if job.status != S.queued:
         return f"job {job_id}: {job.status.value}, nothing to do (a repeated delivery)"
     spec = _runnable_spec(engine, job, settings)
     if isinstance(spec, str):
         return spec
-    host = host_gpus(settings)
-    if spec.device == "cuda" and not host:
-        jobs.refuse(
-            engine,
-            job_id,
-            f"device 'cuda' but worker {socket.gethostname()} has no GPUs (RANKZERO_GPUS); use device 'cpu'",
-        )
-        return f"job {job_id}: refused, no GPUs"
-    need = gpus_needed(spec, len(host))
+    return _claim_node_zero(engine, settings, job, spec, placement_id)
+
+
+def _still_placed(engine: Engine, job_id: int, placement_id: str) -> bool:
+    job = jobs.get_job(engine, job_id)
+    return bool(job and job.status == S.queued and job.placement_id == placement_id) and jobs.touch_queued(
+        engine, job_id
+    )
+
+
+def _claim_node_zero(engine: Engine, settings: Settings, job: Job, spec: JobSpec, placement_id: str) -> str:
+    job_id, placed = job.id, dict(job.placement or {})
+    node = placed["nodes"][0]
     lease = None
-    if need:
-        if need > len(host):
-            jobs.refuse(
-                engine,
-                job_id,
-                f"the job needs {need} GPUs but worker {socket.gethostname()} has {len(host)}; lower nproc",
-            )
-            return f"job {job_id}: refused, too few GPUs"
-        lease = gpus.acquire(
-            settings, job_id, need, keep_waiting=lambda: jobs.touch_queued(engine, job_id), poll_s=settings.poll_s * 2
+    if node.get("gpus"):
+        lease = gpus.lease_exact(
+            settings, [str(g) for g in node["gpus"]], keep_waiting=lambda: _still_placed(engine, job_id, placement_id)
         )
         if lease is None:
-            return f"job {job_id}: left the queue while waiting for GPUs"
+            return f"job {job_id}: left the queue while its GPUs were being released"
     try:
-        job = jobs.claim(engine, job_id, settings.resolved_runs_dir)
-        if job is None:
+        several = len(placed["nodes"]) > 1
+        endpoint = f"{node.get('address') or settings.resolved_host_address}:{free_port()}" if several else None
+        claimed = jobs.claim(
+            engine,
+            job_id,
+            settings.resolved_runs_dir,
+            host=settings.resolved_host_name,
+            placement_id=placement_id,
+            rendezvous=endpoint,
+        )
+        if claimed is None:
             return f"job {job_id}: claimed by another delivery"
-        cuda = lease.cuda_visible_devices if lease else ("" if host else None)
-        return _run_attempt(engine, settings, job, spec, cuda)
+        cuda = lease.cuda_visible_devices if lease else ("" if host_gpus(settings) else None)
+        return _run_attempt(engine, settings, claimed, spec, cuda, Layout.of(spec, placed, 0, endpoint))
     finally:
         if lease is not None:
             lease.release()
@@ -160,11 +221,13 @@ def run_job(job_id: int, settings: Settings) -> str:
 # --- launching ----------------------------------------------------------------------------------
 
 
-def _run_attempt(engine: Engine, settings: Settings, job: Job, spec: JobSpec, cuda: str | None) -> str:
-    """Launch attempt `job.attempt` of a claimed job and supervise it to its outcome."""
+def _run_attempt(
+    engine: Engine, settings: Settings, job: Job, spec: JobSpec, cuda: str | None, layout: Layout
+) -> str:
+    """Launch attempt `job.attempt` of a claimed job (node 0) and supervise it to its outcome."""
     job_id, number = job.id, job.attempt
     run = RunDir(job_run_dir(settings.resolved_runs_dir, job_id))
-    spec_dict = spec.model_dump(mode="json")
+    spec_dict = layout.spec_for_ranks(spec.model_dump(mode="json"))
     try:
         latest = _before_launch(engine, settings, job_id, number, run)
     except jobs.FencedOut as exc:
@@ -179,7 +242,7 @@ def _run_attempt(engine: Engine, settings: Settings, job: Job, spec: JobSpec, cu
     try:
         # Fetching or unpacking a large bundle may outlast the stale threshold: keep the job's heartbeat.
         code = bundles.code_dir(spec, settings, keep_alive=lambda: jobs.touch_live(engine, job_id, number))
-        launched = launch(run, spec_dict, job_id, number, spec.nproc, cuda, settings, code_dir=code)
+        launched = launch(run, spec_dict, job_id, number, layout.topology, cuda, settings, code_dir=code)
     except bundles.BundleUnavailable as exc:
         jobs.finish(engine, job_id, S.failed, detail="code bundle unavailable", attempt=number, error=str(exc))
         return f"job {job_id}: code bundle unavailable"
@@ -188,10 +251,25 @@ def _run_attempt(engine: Engine, settings: Settings, job: Job, spec: JobSpec, cu
         jobs.finish(engine, job_id, S.failed, detail="launch failed", attempt=number, error=error)
         return f"job {job_id}: launch failed"
     pid = launched.proc.pid
-    jobs.mark_running(engine, job_id, pid, detail=f"torchrun pid {pid}, attempt {number}", attempt=number)
+    jobs.mark_running(engine, job_id, pid, detail=f"torchrun pid {pid}, attempt {number}{_where(layout, spec)}",
+                      attempt=number)  # fmt: skip
     log.info("job %s attempt %s: torchrun pid %s on %s", job_id, number, pid, cuda or "cpu")
-    attempt = Attempt(engine, settings, job_id, number, spec, run, launched)
+    attempt = Attempt(
+        engine, settings, job_id, number, spec, run, launched, layout, int(job.restarts_used), int(job.host_losses)
+    )
     return _supervise(attempt)
+
+
+def _where(layout: Layout, spec: JobSpec) -> str:
+    """The timeline's account of how the attempt runs: its other hosts, and an elastic fit."""
+    parts = []
+    if layout.peers:
+        parts.append(f"{layout.topology.nnodes} nodes (with {', '.join(layout.peers)})")
+    if layout.topology.nproc != spec.nproc and not spec.is_script:
+        parts.append(
+            f"running on {layout.topology.nproc} of {spec.nproc} ranks (accumulation ×{layout.accumulation_steps})"
+        )
+    return "; " + "; ".join(parts) if parts else ""
 
 
 def _before_launch(engine: Engine, settings: Settings, job_id: int, number: int, run: RunDir) -> Path | None:
@@ -200,7 +278,10 @@ def _before_launch(engine: Engine, settings: Settings, job_id: int, number: int,
     record; its supervisor may have died before writing it), and return the newest intact checkpoint on
     disk to resume from (None for a first attempt, or when there is none)."""
     left = cancel.stop_earlier_attempts(
-        run.root, settings.cancel_grace_s, keep_alive=lambda: jobs.touch_live(engine, job_id, attempt=number)
+        run.root,
+        settings.cancel_grace_s,
+        keep_alive=lambda: jobs.touch_live(engine, job_id, attempt=number),
+        attempt=number,
     )
     if left:
         log.warning(
@@ -223,6 +304,7 @@ def _supervise(a: Attempt) -> str:
         watch = _Watch(a)
         ended = _watch_until_ended(watch)
         watch.read_events()  # what the ranks wrote on their way out (final checkpoint, stopped, failed)
+        watch.resources.close()
         return _record_outcome(a, watch, ended)
     except jobs.FencedOut:
         return _fenced_out(a)
@@ -280,6 +362,17 @@ class _Watch:
         self._notice_heartbeat()  # an earlier attempt's last beat is not this one's life
         self.started, self.last_event = False, time.monotonic()
         self.last_step: int | None = None
+        self.preempt_for: int | None = None  # the job the scheduler stops us for
+        self.resources = ResourceWatch(
+            a.launched.mark,
+            memory_limit_mb=a.spec.memory_limit_mb,
+            gpus=list(a.layout.gpus) or None,
+            interval_s=a.settings.heartbeat_s,
+            settings=a.settings,
+        )
+        self.over_limit: str | None = None
+        self.lost_peer: str | None = None  # another node's host that went silent
+        self.last_peer_check = time.monotonic()
 
     def read_events(self) -> None:
         events = self.tail.read()
@@ -291,6 +384,10 @@ class _Watch:
             self.last_step = max(steps) if steps else self.last_step
         self._notice_heartbeat()
         self.pending_tb.extend(self.tensorboard.read())
+        sample = self.resources.poll(time.monotonic(), self.last_step or 0)
+        if sample is not None:
+            self.pending_tb.extend(sample.events())  # sys/... series, beside the training ones
+            self.over_limit = sample.over_limit
         if self.a.spec.is_script:
             self._notice_output()
 
@@ -323,12 +420,15 @@ class _Watch:
         a = self.a
         try:
             self._write_pending(now)
-            status, attempt = jobs.status_and_attempt(a.engine, a.job_id)
+            status, attempt, self.preempt_for = jobs.live_view(a.engine, a.job_id)
             if status is not None and attempt != a.number:
                 raise jobs.FencedOut(a.job_id, a.number)
             if now - self.last_beat >= a.settings.heartbeat_s:
                 jobs.touch_live(a.engine, a.job_id, attempt=a.number)
                 self.last_beat = now
+            if a.layout.peers and now - self.last_peer_check >= a.settings.heartbeat_s:
+                self.lost_peer = _silent_peer(a)
+                self.last_peer_check = now
         except DBAPIError as exc:
             log.warning("job %s: database unavailable, retrying (%s)", a.job_id, type(exc).__name__)
             return S.running
@@ -381,9 +481,23 @@ def _watch_until_ended(watch: _Watch) -> Ended:
         status = watch.sync(now)
         reason = _stop_reason(watch, status, now)
         if reason is not None:
-            note = watch.stall_note() if reason is StopReason.stall else ""
+            note = {StopReason.stall: watch.stall_note(), StopReason.memory: watch.over_limit or ""}.get(
+                reason, watch.lost_peer or ""
+            )
             return Ended(cancel.stop(proc, mark, _grace_s(a.settings, reason)), reason, note)
         time.sleep(a.settings.poll_s)
+
+
+def _peer_window_s(settings: Settings) -> float:
+    """How long another node's host may go without a heartbeat before node 0 gives it up: a few of its
+    beats (worker/hosts.py beats every heartbeat_s), much less than the job-level stale threshold."""
+    return max(3.0 * settings.heartbeat_s, 3.0)
+
+
+def _silent_peer(a: Attempt) -> str | None:
+    """The first of the other nodes' hosts whose heartbeat stopped (None: all alive)."""
+    alive = hosts.alive_names(a.engine, list(a.layout.peers), _peer_window_s(a.settings))
+    return next((h for h in a.layout.peers if h not in alive), None)
 
 
 def _stop_reason(watch: _Watch, status: JobStatus | None, now: float) -> StopReason | None:
@@ -391,6 +505,12 @@ def _stop_reason(watch: _Watch, status: JobStatus | None, now: float) -> StopRea
         return StopReason.cancel
     if drain.draining(watch.a.settings):
         return StopReason.drain
+    if watch.over_limit is not None:
+        return StopReason.memory
+    if watch.preempt_for is not None and status in (S.starting, S.running):
+        return StopReason.preempt
+    if watch.lost_peer is not None:
+        return StopReason.host_lost
     limit = watch.stall_limit()
     if limit is not None and now - watch.last_event > limit:
         return StopReason.stall
@@ -431,6 +551,10 @@ def _record(a: Attempt, seen: EventsSeen, ended: Ended) -> str:
         return f"job {a.job_id}: row left the live states; ranks stopped"
     if ended.stopped_for is StopReason.drain:
         return _hand_back(a, ended)
+    if ended.stopped_for is StopReason.preempt:
+        return _step_back(a, ended)
+    if ended.stopped_for is StopReason.host_lost:
+        return _host_lost(a, f"host {ended.note} went silent", ended.exit_code)
     if ended.stopped_for is None and (ended.exit_code == EXIT_OK or seen.finished):
         hole = run_record.hole_in_record(a.run, expect_finished=not a.spec.is_script)
         if hole is not None:  # never a success with a hole in its record; a restart would not fill it
@@ -441,6 +565,9 @@ def _record(a: Attempt, seen: EventsSeen, ended: Ended) -> str:
         return _record_succeeded(a, ended)
     if ended.stopped_for is StopReason.stall:
         return _restart_or_fail(a, _stall_failure(a, ended))
+    if ended.stopped_for is StopReason.memory:
+        message = f"{ended.note}; its ranks were stopped (the worker enforces the limit: see docs/trainer.md)"
+        return _restart_or_fail(a, errors.Failure(message=message, exit_code=ended.exit_code))
     return _restart_or_fail(a, _diagnose_failure(a, seen, ended))
 
 
@@ -456,6 +583,31 @@ def _hand_back(a: Attempt, ended: Ended) -> str:
     if jobs.requeue(a.engine, a.job_id, detail=detail, attempt=a.number, exit_code=ended.exit_code):
         queue.enqueue_or_defer(a.job_id, a.settings)
     return f"job {a.job_id}: handed back to the queue (worker shutting down)"
+
+
+def _step_back(a: Attempt, ended: Ended) -> str:
+    """Preempted: the ranks checkpointed; the job waits for a place again, nothing lost or counted."""
+    for_job = jobs.live_view(a.engine, a.job_id)[2]
+    detail = f"preempted to make room for job {for_job} (higher priority); resumes from its latest checkpoint"
+    jobs.requeue(a.engine, a.job_id, detail=detail, attempt=a.number, exit_code=ended.exit_code)
+    return f"job {a.job_id}: preempted for job {for_job}"
+
+
+def _host_lost(a: Attempt, what: str, exit_code: int | None) -> str:
+    """A node's host was lost (not the job's fault): resume from the latest checkpoint without spending
+    max_restarts, unless the job has lost hosts `max_host_losses` times already (it may be what kills them)."""
+    most = a.settings.max_host_losses
+    if a.host_losses >= most:
+        message = (
+            f"{what}, and the job had already lost its host {a.host_losses} times (RANKZERO_MAX_HOST_LOSSES "
+            f"{most}): not resumed again; check whether the job exhausts its hosts (memory, disk)"
+        )
+        _record_failed(a, errors.Failure(message=message, exit_code=exit_code))
+        return f"job {a.job_id}: failed (too many host losses)"
+    detail = f"{what}; every node stopped, resuming from the latest checkpoint ({a.host_losses + 1}/{most} host losses)"
+    jobs.requeue(a.engine, a.job_id, detail=detail, attempt=a.number, exit_code=exit_code,
+                 host_losses=Job.host_losses + 1)  # fmt: skip
+    return f"job {a.job_id}: host lost, resuming"
 
 
 def _record_succeeded(a: Attempt, ended: Ended) -> str:
@@ -513,18 +665,42 @@ def _take_failed_event(failure: errors.Failure, failed: dict[str, Any]) -> None:
 
 
 def _restart_or_fail(a: Attempt, failure: errors.Failure) -> str:
-    if a.number <= a.spec.max_restarts and _requeue_failed(a, failure):
+    silent = _peer_lost_during(a)
+    if silent is not None:  # the other node's host died and took its ranks: not the job's failure
+        return _host_lost(a, f"host {silent} went silent ({failure.message})", failure.exit_code)
+    if a.restarts_used < a.spec.max_restarts and _requeue_failed(a, failure):
         queue.enqueue_or_defer(a.job_id, a.settings)
         return f"job {a.job_id}: restarting"
     _record_failed(a, failure)
     return f"job {a.job_id}: failed"
 
 
+def _peer_lost_during(a: Attempt) -> str | None:
+    """For a multi-node attempt whose ranks failed: did another node's host die (its ranks' loss broke
+    ours)? Its heartbeat tells within a few beats; wait that long for the verdict."""
+    if not a.layout.peers:
+        return None
+    deadline = time.monotonic() + _peer_window_s(a.settings) + a.settings.heartbeat_s
+    while True:
+        silent = _silent_peer(a)
+        if silent is not None or time.monotonic() >= deadline:
+            return silent
+        time.sleep(min(1.0, a.settings.heartbeat_s))
+
+
 def _requeue_failed(a: Attempt, failure: errors.Failure) -> bool:
-    n, most = a.number, a.spec.max_restarts
-    detail = f"attempt {n} failed ({failure.message}); restarting from the latest checkpoint ({n}/{most} restarts)"
+    n, most = a.restarts_used + 1, a.spec.max_restarts
+    detail = (
+        f"attempt {a.number} failed ({failure.message}); restarting from the latest checkpoint ({n}/{most} restarts)"
+    )
     return jobs.requeue(
-        a.engine, a.job_id, detail=detail, attempt=a.number, failed_rank=failure.rank, exit_code=failure.exit_code
+        a.engine,
+        a.job_id,
+        detail=detail,
+        attempt=a.number,
+        failed_rank=failure.rank,
+        exit_code=failure.exit_code,
+        restarts_used=Job.restarts_used + 1,
     )
 
 

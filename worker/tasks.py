@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery.exceptions import Reject
 
-from core.queue import TASK_RUN_JOB
+from core.queue import TASK_RUN_JOB, TASK_RUN_NODE
 from worker import drain
 from worker.celery_app import app
 
@@ -18,3 +18,14 @@ def run_job(self, job_id: int) -> str:
         # A worker on its way out takes nothing new: give the message back for another worker.
         raise Reject("worker shutting down", requeue=True)
     return supervise_job(int(job_id), settings)
+
+
+@app.task(name=TASK_RUN_NODE, bind=True, acks_late=True)
+def run_node(self, job_id: int, node_rank: int, placement_id: str) -> str:
+    from worker.supervise import run_node as supervise_node
+
+    settings = self.app.conf.rankzero_settings
+    if drain.draining(settings):
+        # The message names this host: give it back; the scheduler places the job again if we leave.
+        raise Reject("worker shutting down", requeue=True)
+    return supervise_node(int(job_id), int(node_rank), str(placement_id), settings)

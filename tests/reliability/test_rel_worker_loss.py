@@ -32,7 +32,8 @@ def test_worker_host_killed_job_resumes_from_checkpoint(service, workers, refere
     settings, client = service()
     host = workers.start(settings, pool="threads", concurrency=2, extra_env=STALE)
     job = client.submit(slow_spec("host-dies", max_restarts=1))
-    # A second job on the same host, with no restarts allowed: it must end failed, saying why.
+    # A second job on the same host, with no restarts allowed: losing its host is not its failure, so
+    # it resumes too, without spending a restart (issue 10: host losses are counted apart).
     once = client.submit(slow_spec("no-restarts", nproc=1, max_steps=400, max_restarts=0))
     client.wait(job["id"], lambda j: j["step"] >= 14, 120, "step 14 (checkpoint 10 written)")
     client.wait(once["id"], lambda j: j["status"] == "running", 60, "running")
@@ -50,9 +51,10 @@ def test_worker_host_killed_job_resumes_from_checkpoint(service, workers, refere
     assert [e["start_step"] for e in resumed] == [0, 10], "attempt 2 must resume from the latest checkpoint (step 10)"
     _assert_complete_and_exact(client, settings, job["id"], reference)
 
-    failed = client.wait_terminal(once["id"], 60)
-    assert failed["status"] == "failed" and failed["attempt"] == 1, failed
-    assert "max_restarts is 0" in failed["error"]
+    back = client.wait(once["id"], lambda j: j["attempt"] == 2 and j["status"] == "running", 60, "resumed")
+    assert back["host_losses"] == 1 and back["restarts_used"] == 0, back
+    client.http.post(f"/jobs/{once['id']}/cancel")
+    assert client.wait_terminal(once["id"], 60)["status"] == "cancelled"
 
 
 def test_worker_sigterm_checkpoints_and_resumes_elsewhere(service, workers, reference) -> None:

@@ -35,7 +35,7 @@ from tests.support.procs import MARKER_ENV, end_everything, new_marker, stop_gro
 from tests.support.settings import settings_env
 
 FAKE_TRAINER = "tests.support.fake_trainer"
-DEFAULT_SETTINGS = MappingProxyType({"gpus": "", "cancel_grace_s": 5.0, "heartbeat_s": 1.0})
+DEFAULT_SETTINGS = MappingProxyType({"gpus": "", "cancel_grace_s": 5.0, "heartbeat_s": 1.0, "cpu_slots": 64})
 
 
 @pytest.fixture

@@ -12,75 +12,68 @@ from core.migrate import upgrade
 from core.tables import Job, JobStatus
 
 
-def _add(url: str, status: JobStatus, beat_age_s: float, **spec_over) -> int:
+def _add(url: str, status: JobStatus, beat_age_s: float, losses: int = 0, placed: bool = False, **spec_over) -> int:
     spec = {"name": "r", "max_steps": 5, **spec_over}
+    placement = {"nodes": [{"host": "h", "node_rank": 0, "gpus": [], "slots": 1}], "nproc": 1,
+                 "accumulation_steps": 1} if placed else None  # fmt: skip
     with Session(get_engine(url)) as s:
         job = Job(name="r", spec=spec, status=status, attempt=1 if status != JobStatus.queued else 0,
-                  heartbeat_at=datetime.now(timezone.utc) - timedelta(seconds=beat_age_s))  # fmt: skip
+                  heartbeat_at=datetime.now(timezone.utc) - timedelta(seconds=beat_age_s), host_losses=losses,
+                  placement=placement, placement_id="p1" if placed else None)  # fmt: skip
         s.add(job)
         s.commit()
         return job.id
 
 
-def test_recovery_sweep(api_settings, database_url, monkeypatch):
+def test_recovery_sweep_resumes_a_job_whose_host_died_without_spending_max_restarts(api_settings, database_url):
     from worker import recover
 
-    sent: list[int] = []
-    monkeypatch.setattr(recover.queue, "enqueue", lambda job_id, settings: sent.append(job_id))
-    settings = api_settings(database_url=database_url, heartbeat_s=1.0)
+    settings = api_settings(database_url=database_url, heartbeat_s=1.0, max_host_losses=3)
     upgrade(database_url)
-    dead_no_restarts = _add(database_url, JobStatus.running, 600)
-    dead_restartable = _add(database_url, JobStatus.running, 600, max_restarts=2)
+    dead = _add(database_url, JobStatus.running, 600, placed=True)  # max_restarts 0: still resumed
+    dead_often = _add(database_url, JobStatus.running, 600, losses=3)  # it may be what kills its hosts
     dead_cancelling = _add(database_url, JobStatus.cancelling, 600)
     alive = _add(database_url, JobStatus.running, 1)
-    held_queued = _add(database_url, JobStatus.queued, 600)
     touched = recover.recover_once(settings)
-    assert set(touched) == {dead_no_restarts, dead_restartable, dead_cancelling, held_queued}
-    assert sorted(sent) == sorted([dead_restartable, held_queued])
+    assert set(touched) == {dead, dead_often, dead_cancelling}
     with Session(get_engine(database_url)) as s:
 
         def get(i):
             return s.get(Job, i)
 
-        assert get(dead_no_restarts).status == JobStatus.failed and "max_restarts" in get(dead_no_restarts).error
-        assert get(dead_restartable).status == JobStatus.queued
+        resumed = get(dead)
+        assert resumed.status == JobStatus.queued and resumed.host_losses == 1 and resumed.restarts_used == 0
+        assert resumed.placement is None and resumed.placement_id is None  # the scheduler places it afresh
+        assert get(dead_often).status == JobStatus.failed and "RANKZERO_MAX_HOST_LOSSES 3" in get(dead_often).error
         assert get(dead_cancelling).status == JobStatus.cancelled
         assert get(alive).status == JobStatus.running
-        # Sent again, and vouched for from now on: sent once more only if it is lost again.
-        beat = get(held_queued).heartbeat_at
-        assert (beat.replace(tzinfo=beat.tzinfo or timezone.utc) - datetime.now(timezone.utc)).total_seconds() > -30
     assert recover.recover_once(settings) == []  # nothing twice
 
 
-def test_queued_jobs_are_resent_only_after_redispatch_after_s_and_only_in_their_pool(
-    api_settings, database_url, monkeypatch
+def test_placed_jobs_never_started_are_placed_again_only_after_redispatch_after_s_and_only_in_their_pool(
+    api_settings, database_url
 ):
-    """Hardening items 14 and 16: the database is the queue of record (a message lost in a crash between
-    commit and send, or in a flushed Redis, is sent again), but a sweeper never touches another pool's jobs."""
-    from core import jobs
+    """Hardening items 14 and 16: the database is the queue of record (a node message lost in a crash, or
+    in a flushed Redis, is sent again by placing the job again), but a sweeper never touches another
+    pool's jobs."""
     from worker import recover
 
-    sent: list[int] = []
-    monkeypatch.setattr(recover.queue, "enqueue", lambda job_id, settings: sent.append(job_id))
     settings = api_settings(database_url=database_url, heartbeat_s=1.0, redispatch_after_s=300)
     upgrade(database_url)
-    with Session(get_engine(database_url)) as s:
-        # The API committed the row and died before sending: born undispatched.
-        never_sent = jobs.create(s, "never-sent", {"name": "never-sent", "max_steps": 5}, queue=settings.queue).id
-        other_pool = jobs.create(s, "other", {"name": "other", "max_steps": 5}, queue="another-pool").id
-    waiting = _add(database_url, JobStatus.queued, 120)  # sent 2 min ago, still in the broker: leave it
-    lost = _add(database_url, JobStatus.queued, 600)  # sent 10 min ago and never picked up: maybe lost
+    waiting = _add(database_url, JobStatus.queued, 120, placed=True)  # placed 2 min ago: leave it
+    lost = _add(database_url, JobStatus.queued, 600, placed=True)  # placed 10 min ago, never started
+    unplaced = _add(database_url, JobStatus.queued, 600)  # the scheduler's to place: nothing to take back
     other_dead = _add(database_url, JobStatus.running, 600)
     with Session(get_engine(database_url)) as s:
         s.get(Job, other_dead).queue = "another-pool"
         s.commit()
     touched = recover.recover_once(settings)
-    assert sorted(sent) == sorted([never_sent, lost])
-    assert set(touched) == {never_sent, lost}
+    assert touched == [lost]
     with Session(get_engine(database_url)) as s:
+        assert s.get(Job, lost).placement_id is None and "placing again" in s.get(Job, lost).pending_reason
+        assert s.get(Job, waiting).placement_id == "p1"
+        assert s.get(Job, unplaced).status == JobStatus.queued
         assert s.get(Job, other_dead).status == JobStatus.running  # another pool's job: not ours to judge
-        assert s.get(Job, other_pool).status == JobStatus.queued
-    assert waiting not in sent
 
 
 @pytest.mark.postgres

@@ -1,0 +1,61 @@
+"""The hosts the scheduler places jobs on: their GPUs or slots, what runs where, when each was last seen."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from fastapi import APIRouter
+from sqlalchemy import select
+from sqlmodel import Session
+
+from api.deps import SettingsDep
+from api.models import HostJob, HostPublic
+from core import hosts
+from core.db import get_read_engine
+from core.tables import Job, JobStatus
+
+router = APIRouter(tags=["hosts"])
+HOLDING = (JobStatus.queued, JobStatus.starting, JobStatus.running, JobStatus.cancelling)
+
+
+def _placed_jobs(session: Session) -> dict[str, list[tuple[HostJob, list[str], int]]]:
+    """Per host: the jobs placed there now, with the GPUs and slots each node holds."""
+    by_host: dict[str, list[tuple[HostJob, list[str], int]]] = defaultdict(list)
+    rows = session.execute(
+        select(Job.id, Job.name, Job.placement).where(Job.status.in_(HOLDING), Job.placement.isnot(None))  # type: ignore[attr-defined,union-attr]
+    ).all()
+    for job_id, name, placed in rows:
+        for node in (placed or {}).get("nodes", []):
+            entry = HostJob(id=job_id, name=name, node_rank=int(node.get("node_rank", 0)))
+            by_host[str(node.get("host"))].append((entry, [str(g) for g in node.get("gpus", [])], int(node["slots"])))
+    return by_host
+
+
+@router.get("/hosts", response_model=list[HostPublic])
+def list_hosts(settings: SettingsDep) -> list[HostPublic]:
+    """Every registered host, by name: its GPUs (or CPU rank slots), what is free, the jobs on it, and
+    whether its workers' heartbeat is fresh (`alive`; a dead host gets nothing new)."""
+    engine = get_read_engine(settings.resolved_database_url)
+    with Session(engine) as session:
+        placed = _placed_jobs(session)
+    out = []
+    for h in hosts.read_all(engine, settings.resolved_stale_after_s):
+        held = placed.get(h.name, [])
+        busy_gpus = {g for _, gpus, _ in held for g in gpus}
+        cpu_slots_used = sum(slots for _, gpus, slots in held if not gpus)
+        out.append(
+            HostPublic(
+                name=h.name,
+                address=h.address,
+                pool=h.pool,
+                gpus=list(h.gpus),
+                cpu_slots=h.cpu_slots,
+                free_gpus=[g for g in h.gpus if g not in busy_gpus],
+                free_slots=max(0, h.cpu_slots - cpu_slots_used),
+                jobs=[job for job, _, _ in held],
+                last_seen=h.heartbeat_at,
+                alive=h.alive,
+                draining=h.draining,
+            )
+        )
+    return out

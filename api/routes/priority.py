@@ -1,0 +1,25 @@
+"""Changing a queued job's priority (the scheduler orders the queue by priority, then age)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, status
+
+from api.deps import JobId, SessionDep, job_or_404
+from api.models import JobPublic, PriorityChange
+from core import jobs
+
+router = APIRouter(tags=["jobs"])
+
+
+@router.patch("/jobs/{job_id}", response_model=JobPublic, responses={409: {"description": "The job is not queued."}})
+def change_priority(job_id: JobId, change: PriorityChange, session: SessionDep) -> JobPublic:
+    """Set a queued job's priority (higher first; -1000 … 1000). A started job keeps its place."""
+    job = job_or_404(session, job_id)
+    if not jobs.set_priority(session, job_id, change.priority):
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            f"job {job_id} is {job.status.value}: only a queued job's priority can change (cancel and resubmit)",
+        )
+    session.commit()
+    session.refresh(job)
+    return JobPublic.from_row(job)

@@ -1,0 +1,133 @@
+"""The hosts table: what each worker registers about its machine, and how the rest reads it.
+
+A host is a machine: its workers (one or several) share its row, keep its heartbeat fresh, and take
+the messages the scheduler sends on the host's own Celery queue (`host_queue`). A host whose
+heartbeat is older than the stale threshold is dead to the scheduler: nothing is placed on it, and
+a multi-node job with a node there is stopped and resumed elsewhere (worker/supervise.py).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from sqlalchemy import select, update
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session
+
+from core.db import db_now, get_engine, now_sql
+from core.settings import Settings
+from core.tables import Host
+
+STORAGE_ID_FILE = ".storage-id"
+
+
+def host_queue(pool: str, host: str) -> str:
+    """The Celery queue of one host of a pool: the scheduler sends a node's message there."""
+    return f"{pool}.host.{host}"
+
+
+def storage_id(runs_dir: Path) -> str:
+    """The id of the runs dir this host sees: written once by the first host, read by the others.
+
+    Hosts that read the same id share the runs dir (a network file system, or one machine), which
+    multi-node jobs need: every node reads the spec and the checkpoint, and writes its logs there."""
+    path = runs_dir / STORAGE_ID_FILE
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return path.read_text().strip()[:64] or "unknown"
+    with os.fdopen(fd, "w") as fh:
+        fh.write(uuid.uuid4().hex)
+    return path.read_text().strip()
+
+
+def register(settings: Settings, gpus: list[str]) -> Host:
+    """Insert or refresh this host's row (a second worker on the same machine refreshes the same row)."""
+    engine = get_engine(settings.resolved_database_url)
+    values = {
+        "address": settings.resolved_host_address,
+        "pool": settings.queue,
+        "gpus": list(gpus),
+        "cpu_slots": settings.resolved_cpu_slots,
+        "storage_id": storage_id(settings.resolved_runs_dir),
+        "draining": False,
+    }
+    name = settings.resolved_host_name
+    for _ in range(3):  # two workers of one host registering at once: one inserts, the other updates
+        with Session(engine) as s:
+            now = now_sql(s)
+            if s.get(Host, name) is None:
+                s.add(Host(name=name, **values))
+            else:
+                s.execute(update(Host).where(Host.name == name).values(**values, heartbeat_at=now))  # type: ignore[arg-type]
+            try:
+                s.commit()
+                break
+            except IntegrityError:
+                s.rollback()
+    beat(settings)
+    with Session(engine) as s:
+        host = s.get(Host, name)
+        s.expunge(host)
+        return host
+
+
+def beat(settings: Settings, draining: bool | None = None) -> None:
+    """Refresh this host's heartbeat (and, when given, whether it is draining)."""
+    values: dict[str, object] = {}
+    if draining is not None:
+        values["draining"] = draining
+    with get_engine(settings.resolved_database_url).begin() as conn:
+        values["heartbeat_at"] = now_sql(conn)
+        conn.execute(update(Host).where(Host.name == settings.resolved_host_name).values(**values))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class HostRow:
+    """A host as read, with whether it is alive (heartbeat within the stale threshold, by the DB clock)."""
+
+    name: str
+    address: str
+    pool: str
+    gpus: tuple[str, ...]
+    cpu_slots: int
+    storage_id: str
+    draining: bool
+    heartbeat_at: datetime
+    alive: bool
+
+
+def _aware(ts: datetime) -> datetime:
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=timezone.utc)  # SQLite hands back naive UTC
+
+
+def read_all(engine: Engine, stale_after_s: float) -> list[HostRow]:
+    """Every registered host, by name."""
+    cutoff = db_now(engine) - timedelta(seconds=stale_after_s)
+    with Session(engine) as s:
+        hosts = s.execute(select(Host).order_by(Host.name)).scalars().all()
+        return [
+            HostRow(
+                name=h.name,
+                address=h.address,
+                pool=h.pool,
+                gpus=tuple(str(g) for g in (h.gpus or [])),
+                cpu_slots=int(h.cpu_slots),
+                storage_id=h.storage_id,
+                draining=bool(h.draining),
+                heartbeat_at=_aware(h.heartbeat_at),
+                alive=_aware(h.heartbeat_at) > cutoff,
+            )
+            for h in hosts
+        ]
+
+
+def alive_names(engine: Engine, names: list[str], stale_after_s: float) -> set[str]:
+    """Which of `names` are hosts with a fresh heartbeat."""
+    return {h.name for h in read_all(engine, stale_after_s) if h.alive and h.name in names}

@@ -1,0 +1,101 @@
+"""A node other than node 0 of a multi-node job: launch this host's ranks, and stop them when the job says so.
+
+Node 0's supervisor owns the job row (claim, events, checkpoints, outcome; worker/supervise.py).
+A follower waits until node 0 has launched this attempt (the row `running`, with its rendezvous
+endpoint), launches torchrun with its node rank against that endpoint, then watches two things: its
+own torchrun, and the row. It stops its ranks when the row leaves the live states, moves to another
+attempt or placement, is being cancelled or preempted; when its own worker drains, it hands the whole
+job back (node 0 then sees the row leave and stops its ranks too). It never writes an outcome: when
+its ranks fail, node 0's ranks fail with them, and node 0 records why.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from sqlalchemy.engine import Engine
+
+from core import jobs
+from core.capacity import host_gpus
+from core.job_state import LIVE
+from core.settings import Settings
+from core.tables import Job, JobStatus
+from trainer.run_dir import RunDir, job_run_dir
+from trainer.spec import JobSpec
+from worker import bundles, cancel, drain, gpus
+from worker.launch import Launched, launch
+
+log = logging.getLogger("rankzero.worker")
+S = JobStatus
+
+
+def _wait_for_node_zero(engine: Engine, settings: Settings, job_id: int, placement_id: str) -> Job | str:
+    """The row once node 0 runs this placement's attempt, or why this node has nothing to do."""
+    deadline = time.monotonic() + settings.startup_timeout_s
+    while True:
+        job = jobs.get_job(engine, job_id)
+        if job is None or job.placement_id != placement_id:
+            return f"job {job_id}: placement {placement_id[:8]} is no longer the job's"
+        if job.status == S.running and job.rendezvous:
+            return job
+        if job.status not in (S.queued, S.starting):
+            return f"job {job_id}: {job.status.value} before this node started"
+        if time.monotonic() > deadline:
+            return f"job {job_id}: node 0 did not start within startup_timeout_s; this node gives up"
+        time.sleep(settings.poll_s)
+
+
+def run_follower(engine: Engine, settings: Settings, job_id: int, node_rank: int, placement_id: str) -> str:
+    """Run node `node_rank` (> 0) of a placed multi-node job; return a one-line account."""
+    job = _wait_for_node_zero(engine, settings, job_id, placement_id)
+    if isinstance(job, str):
+        return job
+    from worker.supervise import Layout  # the one description of a placed node (no import cycle at load)
+
+    spec = JobSpec.model_validate(job.spec)
+    layout = Layout.of(spec, job.placement, node_rank, job.rendezvous)
+    node = job.placement["nodes"][node_rank]
+    run = RunDir(job_run_dir(settings.resolved_runs_dir, job_id))
+    number = job.attempt
+    lease = None
+    if node.get("gpus"):
+        lease = gpus.lease_exact(
+            settings, [str(g) for g in node["gpus"]], keep_waiting=lambda: _still_live(engine, job_id, number)
+        )
+        if lease is None:
+            return f"job {job_id}: ended while node {node_rank}'s GPUs were being released"
+    try:
+        cancel.stop_earlier_attempts(run.root, settings.cancel_grace_s, attempt=number)
+        code = bundles.code_dir(spec, settings)
+        cuda = lease.cuda_visible_devices if lease else ("" if host_gpus(settings) else None)
+        spec_dict = layout.spec_for_ranks(spec.model_dump(mode="json"))
+        launched = launch(run, spec_dict, job_id, number, layout.topology, cuda, settings, code_dir=code)
+        log.info("job %s attempt %s: node %s torchrun pid %s", job_id, number, node_rank, launched.proc.pid)
+        return _follow(engine, settings, job_id, number, node_rank, launched)
+    finally:
+        if lease is not None:
+            lease.release()
+
+
+def _still_live(engine: Engine, job_id: int, attempt: int) -> bool:
+    status, current, _ = jobs.live_view(engine, job_id)
+    return status in LIVE and current == attempt
+
+
+def _follow(
+    engine: Engine, settings: Settings, job_id: int, number: int, node_rank: int, launched: Launched
+) -> str:
+    proc, mark = launched.proc, launched.mark
+    while proc.poll() is None:
+        status, attempt, preempt_for = jobs.live_view(engine, job_id)
+        if drain.draining(settings) and status in (S.starting, S.running):
+            detail = f"node {node_rank}'s worker ({settings.resolved_host_name}) is shutting down; resuming elsewhere"
+            jobs.requeue(engine, job_id, detail=detail, attempt=number)
+            status = S.queued
+        if status not in LIVE or attempt != number or status == S.cancelling or preempt_for is not None:
+            code = cancel.stop(proc, mark, settings.cancel_grace_s)
+            return f"job {job_id}: node {node_rank} stopped ({status.value if status else 'gone'}; exit {code})"
+        time.sleep(settings.poll_s)
+    code = cancel.wait_gone(proc, mark)
+    return f"job {job_id}: node {node_rank} ranks exited ({code})"
