@@ -297,7 +297,12 @@ def new_job_page(
         return _to_login(request)
     resume_info: dict[str, Any] = {}
     spec, note = _prefill(settings, clone, resume, resume_info)
-    builtins = {"models": BUILTIN_MODELS, "data": BUILTIN_DATA, "losses": BUILTIN_LOSSES}
+    builtins = {
+        "models": BUILTIN_MODELS,
+        "data": BUILTIN_DATA,
+        "losses": BUILTIN_LOSSES,
+        "builtin_only": BUILTIN_ONLY_FIELDS,  # the form hides them for a script job
+    }
     return _page(
         request,
         "new.html",

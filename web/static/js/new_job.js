@@ -7,11 +7,42 @@ import { fieldId, SchemaForm } from "./schema_form.js";
 
 const SECTIONS = [
   ["Job", ["name", "model", "data", "loss"]],
-  ["Strategy", ["nproc", "accumulation_steps", "batch_size", "sync", "nnodes", "device", "precision", "sync_batchnorm"]],
+  ["Your code (optional)", ["code", "entrypoint"]],
+  ["Strategy", ["nproc", "min_nproc", "nnodes", "accumulation_steps", "batch_size", "sync", "device", "precision", "compile", "sync_batchnorm"]],
   ["Length and evaluation", ["max_steps", "epochs", "log_every", "eval_every"]],
   ["Optimization", ["optimizer", "scheduler", "grad_clip_norm"]],
-  ["Checkpoints and recovery", ["checkpoint", "resume_from", "max_restarts", "stall_timeout_s"]],
+  ["Scheduling and limits", ["priority", "preemptible", "memory_limit_mb", "max_restarts", "stall_timeout_s"]],
+  ["Checkpoints and recovery", ["checkpoint", "resume_from"]],
 ];
+
+// The API's messages for a few kinds of mistake, in words (pydantic says "should match pattern '^[A-Z…'").
+const PATTERN_WORDS = {
+  name: "Use only letters, digits, '.', '_' and '-', starting with a letter or digit (at most 100 characters).",
+  code: "Give an uploaded bundle as 'sha256:' followed by its 64 hex digits (rankzero submit --code DIR uploads one).",
+};
+
+export function inWords(d, path) {
+  const msg = String(d.msg || "invalid").replace(/^Value error, /, "");
+  if (d.type === "string_pattern_mismatch" || /should match pattern/.test(msg)) {
+    return PATTERN_WORDS[path] || "Not in the expected form: see the hint under the field.";
+  }
+  if (d.type === "extra_forbidden") return "Not a field of the job spec: check its spelling (unknown fields are refused).";
+  if (d.type === "int_parsing" || d.type === "int_from_float") return "Give a whole number.";
+  if (d.type === "float_parsing") return "Give a number.";
+  if (d.type === "missing") return "Required.";
+  let m = msg.match(/^Input should be greater than or equal to (.+)$/);
+  if (m) return `Must be at least ${m[1]}.`;
+  m = msg.match(/^Input should be less than or equal to (.+)$/);
+  if (m) return `Must be at most ${m[1]}.`;
+  m = msg.match(/^Input should be greater than (.+)$/);
+  if (m) return `Must be greater than ${m[1]}.`;
+  m = msg.match(/^Input should be less than (.+)$/);
+  if (m) return `Must be less than ${m[1]}.`;
+  m = msg.match(/^String should have at most (\d+) characters?$/);
+  if (m) return `At most ${m[1]} characters.`;
+  if (d.type === "literal_error" || d.type === "enum") return msg.replace(/^Input should be /, "Choose ");
+  return msg;
+}
 
 // Starting points for the built-in models and data (everything else keeps the schema defaults).
 const PRESETS = {
@@ -138,7 +169,7 @@ function showApiErrors(err) {
   }
   const items = detail.map((d) => {
     const loc = (d.loc || []).slice(d.loc?.[0] === "body" ? 1 : 0);
-    const message = String(d.msg || "invalid").replace(/^Value error, /, "");
+    const message = inWords(d, loc.join("."));
     const field = loc.length ? form.showError(loc, message) : null;
     return { path: loc.join(".") || null, message, field };
   });
@@ -202,6 +233,21 @@ function followStepsOnlyRule() {
   });
 }
 
+/** The job name's rule, said in words as you type (the API would refuse it with a regex). */
+function checkNameAsTyped(schema) {
+  const input = $(`#${fieldId("name")}`);
+  const pattern = schema.properties.name?.pattern;
+  if (!input || !pattern) return;
+  const re = new RegExp(pattern);
+  const error = $(`#${fieldId("name")}-error`);
+  input.addEventListener("input", () => {
+    const bad = input.value !== "" && !re.test(input.value);
+    error.hidden = !bad;
+    setText(error, bad ? PATTERN_WORDS.name : "");
+    if (bad) input.setAttribute("aria-invalid", "true"); else input.removeAttribute("aria-invalid");
+  });
+}
+
 async function main() {
   const schema = await api("/schema/job-spec");
   form = new SchemaForm(schema, readJson("#builtins") || { models: [], data: [], losses: [] });
@@ -209,6 +255,7 @@ async function main() {
   const placed = new Set(SECTIONS.flatMap(([, keys]) => keys));
   const rest = Object.keys(schema.properties).filter((k) => !placed.has(k));
   container.replaceChildren(...SECTIONS.map(([title, keys]) => form.section(title, keys)), form.section("More", rest));
+  form.root = container;
 
   const prefill = readJson("#prefill-spec");
   const presetSelect = $("#preset");
@@ -221,6 +268,9 @@ async function main() {
   presetSelect.addEventListener("change", () => applyPreset(presetSelect.value));
 
   followStepsOnlyRule();
+  checkNameAsTyped(schema);
+  $("#job-form").addEventListener("input", () => form.applyVisibility());
+  $("#job-form").addEventListener("change", () => form.applyVisibility());
   $("#job-form").addEventListener("input", updateGlobalBatch);
   $("#job-form").addEventListener("change", updateGlobalBatch);
   $("#job-form").addEventListener("submit", submit);

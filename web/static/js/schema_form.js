@@ -109,17 +109,54 @@ export class SchemaForm {
     } else if (kind === "json") {
       input = h("textarea", { ...common, rows: 2, spellcheck: "false", class: "mono", placeholder: node.type === "array" ? "[…]" : "{}" });
     } else {
-      const hasList = Boolean(this.presetNames(path));
-      input = h("input", { ...common, type: "text", spellcheck: "false", list: hasList ? `${id}-list` : null, placeholder: node.nullable ? "none" : null, maxlength: node.maxLength });
+      input = h("input", { ...common, type: "text", spellcheck: "false", placeholder: this.presetNames(path) ? "package.module:function" : node.nullable ? "none" : null, maxlength: node.maxLength });
     }
+    const pick = this.pickList(path, id, input);
     const error = h("p", { class: "field-error", id: errorId, hidden: true });
     const hint = h("p", { class: "hint", id: hintId }, node.description || "");
     const label = h("label", { for: id }, humanTitle(key, node), h("code", { class: "key" }, key));
     const wrapper = kind === "boolean"
       ? h("div", { class: "field field-check", dataset: { path } }, h("div", { class: "check-row" }, input, label), hint, error)
-      : h("div", { class: `field field-${kind}`, dataset: { path } }, label, input, this.datalistFor(path, id), hint, error);
-    this.fields.set(path, { node, kind, input, wrapper, error });
+      : h("div", { class: `field field-${kind}`, dataset: { path } }, pick ? h("label", { for: pick.id }, humanTitle(key, node), h("code", { class: "key" }, key)) : label, pick, input, hint, error);
+    if (pick) label.classList.add("visually-hidden");
+    if (pick) input.before(label);
+    this.fields.set(path, { node, kind, input, wrapper, error, pick });
     return wrapper;
+  }
+
+  /** A select of the built-in names (model, data set, loss) and "your own code", which opens a text field. */
+  pickList(path, id, input) {
+    const names = this.presetNames(path);
+    if (!names) return null;
+    const pick = h("select", { id: `${id}-pick`, "aria-describedby": `${id}-hint ${id}-error` },
+      ...names.map((v) => h("option", { value: v }, v)),
+      h("option", { value: CUSTOM }, "your own code (package.module:function)…"));
+    pick.addEventListener("change", () => {
+      const custom = pick.value === CUSTOM;
+      input.hidden = !custom;
+      if (custom) {
+        if (names.includes(input.value)) input.value = "";
+        input.focus();
+      } else {
+        input.value = pick.value;
+      }
+      input.dispatchEvent(new Event("input", { bubbles: true }));
+    });
+    return pick;
+  }
+
+  /** Shows only the fields that apply to the spec as it stands (Adam settings for Adam, elastic for nproc > 1…). */
+  applyVisibility() {
+    const spec = this.readAll();
+    for (const [path, f] of this.fields) f.wrapper.hidden = !applies(path, spec, this.builtins);
+    for (const box of this.root?.querySelectorAll("fieldset.sub") || []) {
+      const top = box.dataset.path;
+      box.hidden = !applies(top, spec, this.builtins);
+    }
+    for (const section of this.root?.querySelectorAll("fieldset.section") || []) {
+      const shown = Array.from(section.querySelectorAll(".field, fieldset.sub")).some((el) => !el.hidden && !el.closest("fieldset.sub[hidden]"));
+      section.hidden = !shown;
+    }
   }
 
   /** Built-in names offered for model/data/loss (user code 'pkg.module:fn' can still be typed). */
@@ -127,17 +164,28 @@ export class SchemaForm {
     return { "model.name": this.builtins.models, "data.name": this.builtins.data, "loss.name": this.builtins.losses }[path] || null;
   }
 
-  datalistFor(path, id) {
-    const options = this.presetNames(path);
-    return options ? h("datalist", { id: `${id}-list` }, ...options.map((v) => h("option", { value: v }))) : null;
-  }
-
-  /** The spec the form describes; throws {path, message} for a JSON field that does not parse. */
-  read() {
+  /** Every field's value, applicable or not (a JSON field that does not parse is left out). */
+  readAll() {
     const spec = {};
     for (const [path, f] of this.fields) {
       const nullParent = Array.from(this.nullToggles.keys()).find((p) => path.startsWith(`${p}.`) && this.nullToggles.get(p).checked);
       if (nullParent) { setPath(spec, nullParent, null); continue; }
+      let value;
+      try { value = readField(path, f); } catch { continue; }
+      if (value !== undefined) setPath(spec, path, value);
+    }
+    return spec;
+  }
+
+  /** The spec the form describes, without the fields that do not apply to it (hidden ones); throws
+   * {path, message} for a JSON field that does not parse. */
+  read() {
+    const all = this.readAll();
+    const spec = {};
+    for (const [path, f] of this.fields) {
+      if (!applies(path, all, this.builtins)) continue;
+      const nullParent = Array.from(this.nullToggles.keys()).find((p) => path.startsWith(`${p}.`) && this.nullToggles.get(p).checked);
+      if (nullParent) { if (applies(nullParent, all, this.builtins)) setPath(spec, nullParent, null); continue; }
       const value = readField(path, f);
       if (value !== undefined) setPath(spec, path, value);
     }
@@ -154,6 +202,7 @@ export class SchemaForm {
       const given = getPath(spec, path);
       writeField(f, given === undefined ? f.node.default : given);
     }
+    this.applyVisibility();
   }
 
   clearErrors() {
@@ -201,6 +250,33 @@ function writeField(f, value) {
   if (kind === "boolean") input.checked = Boolean(value);
   else if (kind === "json") input.value = value === undefined || value === null ? (f.node.type === "object" ? "{}" : "") : JSON.stringify(value);
   else input.value = value === undefined || value === null ? "" : String(value);
+  if (f.pick) {
+    const builtin = Array.from(f.pick.options).some((o) => o.value === input.value && o.value !== CUSTOM);
+    f.pick.value = builtin ? input.value : CUSTOM;
+    input.hidden = builtin;
+  }
+}
+
+const CUSTOM = "__custom__";
+const ADAM = new Set(["adam", "adamw"]);
+
+/** Whether a field (dotted path) means something for this spec; a hidden field is not submitted. */
+export function applies(path, spec, builtins) {
+  const top = path.split(".")[0];
+  if (spec.entrypoint && (builtins.builtin_only || []).includes(top)) return false; // a script job's own business
+  const world = (Number(spec.nproc) || 1) * (Number(spec.nnodes) || 1);
+  const optimizer = spec.optimizer?.name;
+  const scheduler = spec.scheduler?.name;
+  switch (path) {
+    case "optimizer.momentum": case "optimizer.nesterov": return optimizer === "sgd";
+    case "optimizer.betas": case "optimizer.eps": return ADAM.has(optimizer);
+    case "scheduler.min_lr_ratio": return scheduler === "cosine";
+    case "scheduler.step_size": case "scheduler.gamma": return scheduler === "step";
+    case "min_nproc": return (Number(spec.nproc) || 1) > 1 && (Number(spec.nnodes) || 1) === 1;
+    case "sync_batchnorm": return world > 1 || spec.sync_batchnorm === true;
+    case "entrypoint": return true;
+    default: return true;
+  }
 }
 
 export function getPath(obj, path) {
