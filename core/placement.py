@@ -176,7 +176,9 @@ class _Host:
         self.free_slots -= node.slots
 
     def free(self, kind: str) -> int:
-        return len(self.free_gpus) if kind == GPU else max(self.free_slots, 0)
+        if kind == GPU:
+            return len(self.free_gpus)
+        return self.free_slots if self.free_slots > 0 else 0
 
     def take(self, kind: str, n: int) -> tuple[tuple[str, ...], int]:
         if kind == GPU:
@@ -219,6 +221,7 @@ class _Class:
     options: list[_Option]  # hosts of the pool that could ever run it
     max_total: int
     draining: list[HostView]  # hosts of the pool that could run it but are draining
+    kinds: frozenset[str] = frozenset()  # GPU and/or SLOT
     fit_failed: int | None = None  # the fewest ranks per node that did not fit
     preempt_failed: dict[int, int] = field(default_factory=dict)  # ranks -> highest priority preemption failed
     free_list: tuple[int, str] = (-1, "")  # (pool version, "host-a 2 of 4, …") cached
@@ -425,7 +428,7 @@ def _free_list(options: Sequence[_Option], mixed: bool) -> str:
 
 
 def _single_reason(shape: _Shape, free_list: str) -> str:
-    spec, kinds = shape.spec, {o.kind for o in shape.options}
+    spec, kinds = shape.spec, shape.cls.kinds
     if spec.sync == "dataparallel":
         need = "needs every GPU of one host free (sync 'dataparallel')"
     else:
@@ -504,6 +507,8 @@ class _Pass:
         self.pools: dict[str, list[_Host]] = {}
         self.all_pool_hosts: dict[str, list[HostView]] = {}
         self.version: dict[str, int] = {}  # bumped when a pool's free capacity or reservations change
+        self.reserve_version: dict[str, int] = {}  # bumped when a pool's reservations change (reserved hosts'
+        # free capacity never changes after: nothing else is placed on them)
         self.easy_reserved: set[str] = set()  # pools whose one EASY reservation is taken
         self.claimed: set[int] = set()  # victims already listed
         self.classes: dict[tuple[object, ...], _Class] = {}
@@ -541,7 +546,8 @@ class _Pass:
                 if kind is not None:
                     options.append(_Option(host, kind, _total(host.view, kind)))
             draining = [h for h in self.all_pool_hosts[job.pool] if h.draining and host_kind(spec, h) is not None]
-            cls = self.classes[key] = _Class(options, max((o.total for o in options), default=0), draining)
+            most = max((o.total for o in options), default=0)
+            cls = self.classes[key] = _Class(options, most, draining, frozenset(o.kind for o in options))
         return _Shape(job.pool, spec, spec.elastic_sizes(), cls)
 
     def never_reason(self, job: Waiting, shape: _Shape) -> str | None:
@@ -588,9 +594,11 @@ class _Pass:
     def reason(self, shape: _Shape) -> str:
         version = self.version.get(shape.pool, 0)
         cls = shape.cls
-        if cls.reserved[0] != version:
+        # a gang's "would it fit but for reservations" also counts the unreserved hosts, which change more often
+        blocked_version = version if shape.spec.nnodes > 1 else self.reserve_version.get(shape.pool, 0)
+        if cls.reserved[0] != blocked_version:
             reserved = sorted((o for o in cls.options if o.host.reserved_by is not None), key=_fits_key)
-            cls.reserved = (version, reserved, max((o.host.free(o.kind) for o in reserved), default=0))
+            cls.reserved = (blocked_version, reserved, max((o.host.free(o.kind) for o in reserved), default=0))
             cls.blocked = {}
         _, reserved, most = cls.reserved
         if reserved and (shape.spec.sync == "dataparallel" or shape.smallest <= most):
@@ -602,7 +610,7 @@ class _Pass:
         if shape.spec.nnodes > 1:
             return _gang_reason(shape) + _draining_note(shape)
         if cls.free_list[0] != version:
-            cls.free_list = (version, _free_list(cls.options, len({o.kind for o in cls.options}) > 1))
+            cls.free_list = (version, _free_list(cls.options, len(cls.kinds) > 1))
         return _single_reason(shape, cls.free_list[1]) + _draining_note(shape)
 
     def preempt_hopeless(self, job: Waiting, shape: _Shape) -> bool:
@@ -634,6 +642,7 @@ class _Pass:
         for host in hosts:
             host.reserved_by = job
         self.version[job.pool] = self.version.get(job.pool, 0) + 1
+        self.reserve_version[job.pool] = self.reserve_version.get(job.pool, 0) + 1
 
 
 def _no_pool_reason(pool: str, all_pool_hosts: dict[str, list[HostView]]) -> str:
