@@ -111,6 +111,7 @@ class Plan:
     placements: list[Placement] = field(default_factory=list)
     pending: dict[int, str] = field(default_factory=dict)  # job_id -> why it waits
     preempt: dict[int, int] = field(default_factory=dict)  # victim job_id -> the job_id it makes room for
+    reserved: dict[str, int] = field(default_factory=dict)  # host -> the blocked job_id holding it (EASY, preemption)
 
 
 def queue_order(job: Waiting) -> tuple[int, float, int]:
@@ -445,8 +446,9 @@ def _gang_reason(shape: _Shape) -> str:
     if len(fitting) >= spec.nnodes:
         dirs = ", ".join(sorted({f"{o.host.name}: {o.host.view.storage_id}" for o in fitting})[:_LISTED_HOSTS])
         return f"{need}; enough hosts have room but no {spec.nnodes} of them share a runs dir ({dirs})"
-    listed = _free_list(fitting, len(kinds) > 1) if fitting else "no host has that much"
-    return f"{need}; free: {listed}"
+    if not fitting:
+        return f"{need}; no host has {spec.nproc} free (most free: {_free_list(shape.options, len(kinds) > 1)})"
+    return f"{need}; free: {_free_list(fitting, len(kinds) > 1)}"
 
 
 def _draining_note(shape: _Shape) -> str:
@@ -641,6 +643,7 @@ class _Pass:
     def reserve(self, job: Waiting, hosts: list[_Host]) -> None:
         for host in hosts:
             host.reserved_by = job
+            self.plan.reserved[host.name] = job.job_id
         self.version[job.pool] = self.version.get(job.pool, 0) + 1
         self.reserve_version[job.pool] = self.reserve_version.get(job.pool, 0) + 1
 

@@ -132,6 +132,7 @@ def test_backfill_never_uses_the_heads_reserved_host_but_uses_others():
     assert 7 in p.pending and p.pending[7].startswith("needs 4 slots on one host; most free: host-a 2 of 4")
     assert sorted(hosts_of(placed(p, 10)) + hosts_of(placed(p, 11))) == ["host-b", "host-c"]
     assert p.pending[12] == "waiting behind job 7 (priority 5), which has host-a reserved"
+    assert p.reserved == {"host-a": 7}
     assert all("host-a" not in hosts_of(x) for x in p.placements)
 
 
@@ -141,6 +142,20 @@ def test_only_the_first_blocked_job_of_a_pool_reserves():
     p = plan([job(1, nproc=4), job(2, nproc=4), job(3, nproc=2)], hosts, usage)
     assert 1 in p.pending and 2 in p.pending
     assert hosts_of(placed(p, 3)) == ["host-b"]  # host-a is job 1's; job 2 reserved nothing
+
+
+def test_a_blocked_gang_reserves_its_hosts():
+    hosts = [cpu_host(n, 2) for n in ("host-a", "host-b", "host-c")]
+    usage = [running(90, "host-a", slots=1), running(91, "host-b", slots=1), running(92, "host-c", slots=2)]
+    p = plan([job(1, nproc=2, nnodes=2), job(2, nproc=1), job(3, nproc=1)], hosts, usage)
+    assert p.reserved == {"host-a": 1, "host-b": 1}  # the two with the most free of those big enough
+    assert p.pending[1] == (
+        "needs 2 hosts with 2 free slots each sharing a runs dir; no host has 2 free (most free: host-a 1 of 2, "
+        "host-b 1 of 2, host-c 0 of 2)"
+    )
+    assert (
+        p.placements == [] and p.pending[2] == "waiting behind job 1 (priority 0), which has host-a and host-b reserved"
+    )
 
 
 def test_reservations_are_per_pool():
@@ -469,3 +484,16 @@ def test_a_large_pass_is_cheap():
     p = plan(jobs, hosts, usage)
     assert time.process_time() - start < 0.5
     assert len(p.placements) + len(p.pending) == 1000
+
+
+def test_no_later_job_lands_on_a_host_reserved_before_it():
+    for seed in range(5):
+        jobs, hosts, usage = _random_case(seed)
+        p = plan(jobs, hosts, usage)
+        assert p.reserved, "the case should block some job"
+        order = {j.job_id: i for i, j in enumerate(sorted(jobs, key=lambda j: (-j.priority, j.created_at, j.job_id)))}
+        for x in p.placements:
+            for node in x.nodes:
+                owner = p.reserved.get(node.host)
+                assert owner is None or order[x.job_id] < order[owner], (seed, x, owner)
+        assert set(p.reserved.values()) <= set(p.pending)
