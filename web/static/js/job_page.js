@@ -287,7 +287,8 @@ function renderProgress(p) {
   const running = merged.status === "running";
   const terminal = TERMINAL.has(merged.status);
   // A finished job leads with its result (above); no full bar and "ETA –" here.
-  $("#job-progress-row").hidden = terminal || merged.status === "queued";
+  $("#job-progress-row").hidden = terminal;
+  $("#job-progress-card").hidden = merged.status === "queued"; // nothing to show yet: the waiting note says why
   const stats = terminal ? [
     ["Steps", merged.total_steps && merged.status !== "succeeded" ? `${fmtInt(merged.step)} / ${fmtInt(merged.total_steps)}` : fmtInt(merged.step)],
     ["Epoch", fmtInt(merged.epoch)],
