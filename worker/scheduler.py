@@ -38,7 +38,7 @@ from trainer.spec import JobSpec
 
 log = logging.getLogger("rankzero.scheduler")
 S = JobStatus
-LEADER_LOCK_KEY = 0x72616E6B  # 'rank': the advisory lock id every candidate competes for
+LEADER_LOCK_KEY = 0x72616E73  # 'rans' ('rank' is core/migrate.py's): the advisory lock id candidates compete for
 HOLDING = (S.queued, S.starting, S.running, S.cancelling)
 
 
