@@ -135,7 +135,21 @@ def compile_model(strategy: Strategy, run: RunDir, ctx: DistContext) -> bool:
     if missing is not None:
         print(f"rankzero: compile: true ignored on this host, training eagerly: {missing}", file=sys.stderr, flush=True)
         return False
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(run.compile_cache / "inductor"))
+    if _inductor_cache_is_default():
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(run.compile_cache / "inductor")
     os.environ.setdefault("TRITON_CACHE_DIR", str(run.compile_cache / "triton"))
     strategy.model = torch.compile(strategy.model)
     return True
+
+
+def _inductor_cache_is_default() -> bool:
+    """TORCHINDUCTOR_CACHE_DIR is unset, or holds the default that inductor writes back into the
+    environment the first time anything asks for it (importing torch._dynamo may) — not a choice."""
+    current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not current:
+        return True
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:  # another torch layout: treat a set value as chosen
+        return False
+    return os.path.abspath(current) == os.path.abspath(default_cache_dir())

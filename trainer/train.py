@@ -530,8 +530,7 @@ class _Run:
             num_train_samples=b.layout.num_samples,
             spec=json.dumps(self.spec.model_dump(mode="json")),
         )
-        payload = ckpt_io.snapshot(ckpt_io.pack(state))
-        self._record_saves(self.saver.submit(path, payload, meta=(done, epoch)))
+        self._record_saves(self.saver.submit(path, ckpt_io.pack(state), meta=(done, epoch)))
 
     def _record_saves(self, saves: list[tuple[ckpt_io.SavedCheckpoint, Any]]) -> None:
         """The `checkpoint` event of each save that finished (whole, renamed into place)."""

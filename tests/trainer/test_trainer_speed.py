@@ -51,6 +51,13 @@ def test_a_snapshot_saves_byte_identical_and_later_steps_do_not_change_it() -> N
             p.add_(1.0)  # the next training step
     assert _saved_bytes(snap) == before
     assert not torch.equal(snap["model"]["0.weight"], state["model"]["0.weight"])
+    reuse: dict = {}
+    first = ckpt_io.snapshot(state, reuse)
+    kept = {k: b.data_ptr() for k, b in reuse.items()}
+    del first  # written: its host buffers are free for the next save's snapshot
+    again = ckpt_io.snapshot(state, reuse)
+    assert {k: b.data_ptr() for k, b in reuse.items()} == kept  # copied into, not allocated
+    assert _saved_bytes(again) == _saved_bytes(state)  # the live (changed) state, byte for byte
     loaded = torch.load(io.BytesIO(before), weights_only=True)
     tied, weight = loaded["model"]["tied"], loaded["model"]["0.weight"]
     assert tied.untyped_storage().data_ptr() == weight.untyped_storage().data_ptr()
@@ -68,9 +75,9 @@ def test_the_background_writer_keeps_one_save_in_flight_and_hands_back_whole_fil
     run = RunDir(tmp_path)
     writer = ckpt_io.AsyncCheckpointWriter(run, keep_last=1)
     state, _ = _state()
-    assert writer.submit(run.checkpoint_path(1), ckpt_io.snapshot(state), meta="a") == []
+    assert writer.submit(run.checkpoint_path(1), state, meta="a") == []
     assert writer.in_flight and writer.poll() == []  # still writing: the caller goes on
-    previous = writer.submit(run.checkpoint_path(2), ckpt_io.snapshot(state), meta="b")  # waits for the first
+    previous = writer.submit(run.checkpoint_path(2), state, meta="b")  # waits for the first
     assert [(s.path.name, m) for s, m in previous] == [("step_00000001.pt", "a")]
     ((saved, meta),) = writer.wait()
     assert meta == "b" and not writer.in_flight
