@@ -36,7 +36,27 @@ def get_engine(url: str) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    # pool_size: an API process serves up to ~40 requests at once (anyio's thread pool) and a submit holds
+    # two connections; a pool smaller than what is in use at once closes each returned overflow
+    # connection, so a burst paid a new server connection (a fork on PostgreSQL) per request. Connections
+    # are opened only when needed, so an idle worker still holds one or two.
+    return create_engine(url, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
+
+
+POOL_SIZE = 20
+POOL_OVERFLOW = 20
+
+
+@lru_cache(maxsize=64)
+def get_read_engine(url: str) -> Engine:
+    """`get_engine(url)` (same pool) in autocommit mode, for routes that only read.
+
+    No BEGIN before the first statement and no ROLLBACK when the connection goes back: two of a read
+    route's round trips to the server, each of which waits for the server's backend and then for this
+    process's GIL again when the machine is busy. Each statement sees its own snapshot (a read route's
+    statements are independent: a page and its total, a job and its timeline).
+    """
+    return get_engine(url).execution_options(isolation_level="AUTOCOMMIT")
 
 
 @contextmanager
