@@ -259,6 +259,20 @@ def show(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
 
 
 @app.command()
+def hosts(url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """The hosts jobs are placed on: free GPUs or slots, what runs where, when each was last seen."""
+    rows = _run(lambda: _api(url, token).get("/hosts"))
+    console.print(views.hosts_table(rows) if rows else Text("(no host has registered: start a worker)"))
+
+
+@app.command()
+def priority(job_id: int, value: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Set a queued job's priority (higher runs first, -1000 … 1000)."""
+    job = _run(lambda: _api(url, token).request("PATCH", f"/jobs/{job_id}", json={"priority": value}))
+    console.print(Text(f"job {job['id']}: priority {job['priority']}"))
+
+
+@app.command()
 def logs(  # noqa: PLR0913 (one parameter per command-line option)
     job_id: int,
     rank: Annotated[int, typer.Option(help="Rank whose log to show.")] = 0,

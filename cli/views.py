@@ -102,11 +102,51 @@ def show_table(job: dict[str, Any]) -> Table:
         rows.append(("samples/s", number(job["samples_per_s"])))
     if job.get("status") == "running" and job.get("eta_s") is not None:
         rows.append(("ETA", duration(job["eta_s"])))
+    rows += placement_rows(job)
     for key in ("created_at", "started_at", "finished_at"):
         if job.get(key):
             rows.append((key.removesuffix("_at"), local_time(job[key])))
     for label, value in rows:
         table.add_row(text(label), status_text(value) if label == "status" else text(value))
+    return table
+
+
+def placement_rows(job: dict[str, Any]) -> list[tuple[str, str]]:
+    """Why a queued job waits, where a placed one runs (elastic fit in words), priority, host losses."""
+    rows: list[tuple[str, str]] = []
+    if job.get("status") == "queued" and job.get("pending_reason"):
+        rows.append(("waiting", job["pending_reason"]))
+    placed = job.get("placement") or {}
+    nodes = placed.get("nodes") or []
+    if nodes:
+        hosts = ", ".join(f"{n['host']}" + (f" (GPU {','.join(n['gpus'])})" if n.get("gpus") else "") for n in nodes)
+        rows.append(("hosts", hosts))
+        wanted = (job.get("spec") or {}).get("nproc")
+        if isinstance(wanted, int) and placed.get("nproc", wanted) < wanted:
+            rows.append(("elastic", f"running on {placed['nproc']} of {wanted} ranks "
+                                    f"(accumulation ×{placed['accumulation_steps']})"))  # fmt: skip
+    if job.get("priority"):
+        rows.append(("priority", str(job["priority"])))
+    if job.get("host_losses"):
+        rows.append(("host losses", str(job["host_losses"])))
+    return rows
+
+
+def hosts_table(hosts: list[dict[str, Any]]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name, kw in (("host", {"no_wrap": True}), ("state", {"no_wrap": True}), ("free", {"no_wrap": True}),
+                     ("jobs", {"overflow": "fold"}), ("last seen", {"no_wrap": True})):  # fmt: skip
+        table.add_column(name, **kw)
+    for h in hosts:
+        if h["gpus"]:
+            free = f"{len(h['free_gpus'])}/{len(h['gpus'])} GPUs"
+        else:
+            free = f"{h['free_slots']}/{h['cpu_slots']} slots"
+        state = "draining" if h["draining"] else ("alive" if h["alive"] else "dead")
+        jobs = ", ".join(f"{j['id']} {j['name']}" + (f" (node {j['node_rank']})" if j["node_rank"] else "")
+                         for j in h["jobs"])  # fmt: skip
+        table.add_row(text(h["name"]), text(state, "" if h["alive"] else "dim"), text(free), text(jobs or "-"),
+                      text(local_time(h["last_seen"], short=True)))  # fmt: skip
     return table
 
 

@@ -3,11 +3,21 @@ priority, a queued job says why it waits, and elastic fit starts a job on the ra
 
 from __future__ import annotations
 
+import os
+import subprocess
 from typing import Any
 
 import pytest
 
+from tests.support.commands import RANKZERO
 from tests.support.jobs import assert_same_weights, reference_weights, run_dir, slow_spec, wait
+
+
+def _cli(*args: str) -> str:
+    out = subprocess.run([RANKZERO, *args], capture_output=True, text=True, timeout=60, env={**os.environ,
+                         "COLUMNS": "200"}, check=False)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return out.stdout
 
 
 def _long(name: str, **kw: Any) -> dict[str, Any]:
@@ -24,6 +34,12 @@ def test_job_behind_a_busy_host_starts_on_the_idle_one_and_waiting_says_why(serv
     waiting = client.submit(slow_spec("two-slots", step_s=0.01, max_steps=5, every=5))
     reason = client.wait(waiting["id"], lambda j: j["pending_reason"], 30, "a pending reason")["pending_reason"]
     assert "2" in reason and "host-a" in reason, reason  # what it needs, and what the host has free
+    # The CLI says it too, and shows the hosts.
+    base = ["--url", str(client.http.base_url).removesuffix("/api/"), "--token", settings.token()]
+    shown = _cli("show", str(waiting["id"]), *base)
+    assert "waiting" in shown and "host-a" in shown, shown
+    listed = _cli("hosts", *base)
+    assert "host-a" in listed and "0/2 slots" in listed and f"{busy['id']} busy-a" in listed, listed
 
     start_host(settings, "host-b", 2)  # an idle host joins: the waiting job goes there, not behind host-a
     done = client.wait_terminal(waiting["id"], 120)
