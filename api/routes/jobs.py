@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import APIRouter, Header, HTTPException, Query, Response, status
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Response, status
+from pydantic import BaseModel
 from sqlalchemy import func
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import col, select
+from sqlmodel import Session, col, select
 
 from api import submit_policy
 from api.deps import JobId, SessionDep, SettingsDep, job_or_404
 from api.models import ErrorDetail, JobDetail, JobPage, JobPublic, TransitionPublic
 from core import bundles, jobs, queue
+from core.db import get_read_engine
 from core.settings import Settings
 from core.tables import Job, JobStatus, JobTransition
 from trainer.spec import JobSpec
@@ -93,9 +96,24 @@ def _replay(job: Job, spec: JobSpec, settings: Settings, response: Response) -> 
     return JobPublic.from_row(job)
 
 
+def _read_session(settings: SettingsDep) -> Iterator[Session]:
+    with Session(get_read_engine(settings.resolved_database_url)) as session:
+        yield session
+
+
+# GET routes that dashboards poll: an autocommit session (no BEGIN / ROLLBACK round trips, core/db.py).
+ReadSessionDep = Annotated[Session, Depends(_read_session)]
+
+
+def _json(model: BaseModel) -> Response:
+    """`model` as the response, serialized once: FastAPI would dump it, validate the dump against the
+    response_model again and encode that (three passes; the route's response_model still documents it)."""
+    return Response(model.model_dump_json(), media_type="application/json")
+
+
 @router.get("/jobs", response_model=JobPage)
 def list_jobs(
-    session: SessionDep,
+    session: ReadSessionDep,
     status_: Annotated[
         list[JobStatus] | None, Query(alias="status", description="Only jobs in this status (repeatable).")
     ] = None,
@@ -105,29 +123,41 @@ def list_jobs(
     ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
-) -> JobPage:
+) -> Response:
     """Jobs, newest first."""
     query = select(Job)
     if status_:
         query = query.where(col(Job.status).in_(status_))
     if name:
         query = query.where(col(Job.name).contains(name, autoescape=True))
-    total = session.exec(select(func.count()).select_from(query.subquery())).one()
-    rows = session.exec(query.order_by(col(Job.id).desc()).limit(limit).offset(offset)).all()
-    return JobPage(items=[JobPublic.from_row(j) for j in rows], total=total, limit=limit, offset=offset)
+    # The page and the total in one statement (the count an uncorrelated subquery, evaluated once; a
+    # window count would materialise every matching row); only a page past the end, which has no row to
+    # carry the total, counts separately.
+    count = select(func.count()).select_from(query.subquery())
+    page = session.execute(
+        query.add_columns(count.scalar_subquery().label("total"))
+        .order_by(col(Job.id).desc())
+        .limit(limit)
+        .offset(offset)
+    ).all()
+    total = page[0][1] if page else session.exec(count).one()
+    items = [JobPublic.from_row(job) for job, _ in page]
+    return _json(JobPage.model_construct(items=items, total=total, limit=limit, offset=offset))
 
 
 @router.get("/jobs/{job_id}", response_model=JobDetail, responses={404: {"model": ErrorDetail}})
-def get_job(job_id: JobId, session: SessionDep, settings: SettingsDep) -> JobDetail:
+def get_job(job_id: JobId, session: ReadSessionDep, settings: SettingsDep) -> Response:
     job = job_or_404(session, job_id)
     rows = session.exec(
         select(JobTransition).where(JobTransition.job_id == job_id).order_by(col(JobTransition.id))
     ).all()
-    return JobDetail(
-        **JobPublic.from_row(job).model_dump(),
+    # Built from values validated already (JobPublic, TransitionPublic), so not validated again.
+    detail = JobDetail.model_construct(
+        **dict(JobPublic.from_row(job)),
         transitions=[TransitionPublic.from_row(r) for r in rows],
         **_code_summary(job.spec, settings),
     )
+    return _json(detail)
 
 
 def _code_summary(spec: dict, settings: Settings) -> dict[str, int]:
