@@ -11,9 +11,10 @@ the session's CSRF secret in a hidden field as well.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 import yaml
 from fastapi import APIRouter, Depends, Form, HTTPException, Query, Request, status
@@ -225,12 +226,34 @@ def hosts_page(request: Request, settings: SettingsDep) -> Response:
     return _page(request, "hosts.html", csrf, nav="hosts")
 
 
+COMPARE_MAX_RUNS = 10  # compare.js's MAX_RUNS
+COMPARE_MAX_POINTS = 2000  # compare.js's MAX_POINTS
+
+
+def _compare_preloads(ids: str | None, metric: str | None) -> list[str]:
+    """The API reads compare.js makes first, to start with the page (same URLs, byte for byte)."""
+    wanted: list[int] = []
+    for part in re.split(r"[\s,]+", ids or ""):
+        if part.isdigit() and 0 < int(part) <= MAX_ID and int(part) not in wanted:
+            wanted.append(int(part))
+    name = metric or "train/loss"
+    if len(name) > 200 or not name.isprintable():
+        return []
+    query = urlencode({"name": name, "max_points": COMPARE_MAX_POINTS})
+    return [u for i in wanted[:COMPARE_MAX_RUNS] for u in (f"/api/jobs/{i}", f"/api/jobs/{i}/metrics?{query}")]
+
+
 @router.get("/compare", response_class=HTMLResponse)
-def compare_page(request: Request, settings: SettingsDep) -> Response:
+def compare_page(
+    request: Request,
+    settings: SettingsDep,
+    ids: Annotated[str | None, Query(max_length=2000)] = None,
+    metric: Annotated[str | None, Query(max_length=200)] = None,
+) -> Response:
     csrf = session_csrf(request, settings)
     if csrf is None:
         return _to_login(request)
-    return _page(request, "compare.html", csrf, nav="compare")
+    return _page(request, "compare.html", csrf, nav="compare", preloads=_compare_preloads(ids, metric))
 
 
 def _global_batch(spec: dict[str, Any]) -> int | None:
