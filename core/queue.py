@@ -20,7 +20,7 @@ import threading
 
 from celery import Celery
 
-from core import jobs
+from core import jobs, wake
 from core.settings import Settings
 
 log = logging.getLogger("rankzero.queue")
@@ -109,6 +109,8 @@ def send_node(job_id: int, node_rank: int, placement_id: str, host_queue: str, s
 def enqueue_or_defer(job_id: int, settings: Settings) -> bool:
     """Hand a queued job to the scheduler (worker/scheduler.py), which places it on hosts and sends
     each node its message: nothing goes to the broker here, so a broker outage never loses a submit.
-    The row is marked as vouched for (the recovery sweep leaves it alone). True: always."""
+    The row is marked as vouched for (the recovery sweep leaves it alone), and the scheduler woken
+    (core/wake.py) so the job is placed now rather than at its next tick. True: always."""
     jobs.mark_dispatched(job_id, settings)
+    wake.notify(settings)
     return True

@@ -118,7 +118,11 @@ class Settings(BaseSettings):
         description="A job resumed this many times after losing its host (not its own fault) is failed the next time.",
     )
     scheduler_poll_s: float = Field(
-        0.5, gt=0, le=60, description="How often the active scheduler places queued jobs."
+        2.0,
+        gt=0,
+        le=60,
+        description="How often the active scheduler runs a pass when nothing wakes it (a submit, a requeue or a "
+        "node's end wake it at once).",
     )
     job_memory_limit_mb: int | None = Field(
         None, ge=64, description="Default memory limit of a job's processes (MiB) when its spec sets none."

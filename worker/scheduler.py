@@ -30,7 +30,7 @@ from sqlalchemy import select, text
 from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Session
 
-from core import hosts, jobs, placement, queue
+from core import hosts, jobs, placement, queue, wake
 from core.db import get_engine
 from core.settings import Settings
 from core.tables import Job, JobStatus
@@ -46,9 +46,10 @@ class Leadership:
     """Who schedules: PostgreSQL's session advisory lock, held on a connection of our own (it is released
     when that connection or this process dies); elsewhere a flock on a file beside the database."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, waiter: wake.Waiter | None = None) -> None:
         self.settings = settings
         self.url = settings.resolved_database_url
+        self.waiter = waiter
         self._conn: Connection | None = None
         self._file: IO[str] | None = None
 
@@ -70,14 +71,15 @@ class Leadership:
             except Exception:  # the connection died: so did the lock
                 self.release()
                 return False
-        conn = get_engine(self.url).connect()
+        conn = get_engine(self.url).connect().execution_options(isolation_level="AUTOCOMMIT")
         try:
             won = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": LEADER_LOCK_KEY}).scalar())
             if won:  # say who leads, for operators (pg_stat_activity) and tests
                 name = f"rankzero-scheduler pid={os.getpid()} host={self.settings.resolved_host_name}"
                 conn.execute(text("SELECT set_config('application_name', :n, false)"), {"n": name[:63]})
                 log.warning("this worker is now the active scheduler (%s)", name)
-            conn.commit()
+            if won and self.waiter is not None:
+                self.waiter.listen_on(conn.connection.driver_connection)
         except Exception:
             conn.close()
             raise
@@ -108,6 +110,8 @@ class Leadership:
         return True
 
     def release(self) -> None:
+        if self.waiter is not None:
+            self.waiter.forget()
         if self._conn is not None:
             try:
                 self._conn.close()
@@ -239,15 +243,17 @@ def schedule_once(settings: Settings) -> placement.Plan:
 
 
 def start_scheduler_thread(settings: Settings, stop: threading.Event) -> threading.Thread:
-    """A candidate: wait for the leader lock, then schedule every `scheduler_poll_s` until `stop`."""
-    leadership = Leadership(settings)
+    """A candidate: wait for the leader lock, then schedule every `scheduler_poll_s`, or at once when
+    woken (core/wake.py: a submit, a requeue, a node's task ending), until `stop`."""
+    waiter = wake.Waiter(settings)
+    leadership = Leadership(settings, waiter)
 
     def loop() -> None:
         while not stop.is_set():
             try:
                 if leadership.hold():
                     schedule_once(settings)
-                    stop.wait(settings.scheduler_poll_s)
+                    waiter.wait(settings.scheduler_poll_s)
                     continue
             except Exception:  # the database may be restarting: try again, leading or not
                 log.exception("scheduler pass failed")

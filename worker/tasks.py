@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery.exceptions import Reject
 
+from core import wake
 from core.queue import TASK_RUN_JOB, TASK_RUN_NODE
 from worker import drain
 from worker.celery_app import app
@@ -28,4 +29,7 @@ def run_node(self, job_id: int, node_rank: int, placement_id: str) -> str:
     if drain.draining(settings):
         # The message names this host: give it back; the scheduler places the job again if we leave.
         raise Reject("worker shutting down", requeue=True)
-    return supervise_node(int(job_id), int(node_rank), str(placement_id), settings)
+    try:
+        return supervise_node(int(job_id), int(node_rank), str(placement_id), settings)
+    finally:
+        wake.notify(settings)  # this node's capacity is free: the scheduler places what waits, now

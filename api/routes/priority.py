@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, status
 
-from api.deps import JobId, SessionDep, job_or_404
+from api.deps import JobId, SessionDep, SettingsDep, job_or_404
 from api.models import JobPublic, PriorityChange
-from core import jobs
+from core import jobs, wake
 
 router = APIRouter(tags=["jobs"])
 
 
 @router.patch("/jobs/{job_id}", response_model=JobPublic, responses={409: {"description": "The job is not queued."}})
-def change_priority(job_id: JobId, change: PriorityChange, session: SessionDep) -> JobPublic:
+def change_priority(job_id: JobId, change: PriorityChange, session: SessionDep, settings: SettingsDep) -> JobPublic:
     """Set a queued job's priority (higher first; -1000 … 1000). A started job keeps its place."""
     job = job_or_404(session, job_id)
     if not jobs.set_priority(session, job_id, change.priority):
@@ -21,5 +21,6 @@ def change_priority(job_id: JobId, change: PriorityChange, session: SessionDep) 
             f"job {job_id} is {job.status.value}: only a queued job's priority can change (cancel and resubmit)",
         )
     session.commit()
+    wake.notify(settings)  # the queue's order changed
     session.refresh(job)
     return JobPublic.from_row(job)
