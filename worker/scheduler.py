@@ -128,6 +128,7 @@ class _State:
     """What one pass read: hosts and jobs, and what the plan needs of them."""
 
     host_rows: list[hosts.HostRow]
+    invalid: dict[int, str] = field(default_factory=dict)  # queued jobs whose stored spec no longer validates
     waiting: list[placement.Waiting] = field(default_factory=list)
     usage: list[placement.Usage] = field(default_factory=list)
     reasons: dict[int, str | None] = field(default_factory=dict)  # pending_reason as stored
@@ -160,8 +161,10 @@ def _read(engine: Engine, settings: Settings) -> _State:
     for job_id, status, pool, priority, created, raw, placed, placement_id, reason in rows:
         try:
             spec = JobSpec.model_validate(raw)
-        except ValueError:
-            spec = None  # the worker fails it with the reason when it gets it; here it holds nothing
+        except ValueError as exc:
+            spec = None  # stored by an older version, say: it can never be placed
+            if status == S.queued and not placed:
+                state.invalid[job_id] = str(exc)
         if placed:
             down = [str(n["host"]) for n in placed.get("nodes", []) if str(n["host"]) not in alive]
             if status == S.queued and down:
@@ -225,6 +228,8 @@ def schedule_once(settings: Settings) -> placement.Plan:
     """One pass: place what fits, say why the rest waits, ask victims to step back. Returns the plan."""
     engine = get_engine(settings.resolved_database_url)
     state = _read(engine, settings)
+    for job_id, why in state.invalid.items():
+        jobs.refuse(engine, job_id, f"the stored spec is no longer valid: {why}; resubmit it")
     for job_id, placement_id in state.orphans:
         jobs.unplace(engine, job_id, placement_id, reason="its host went silent before starting it; placing again")
     plan = placement.plan(state.waiting, _views(state.host_rows), state.usage)

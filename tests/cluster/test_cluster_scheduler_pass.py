@@ -1,0 +1,109 @@
+"""One scheduler pass against a real database (no processes): what it writes and sends."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from sqlmodel import Session
+
+from core import jobs
+from core.db import get_engine
+from core.migrate import upgrade
+from core.tables import Host, Job, JobStatus
+
+
+def _host(url: str, name: str, slots: int, age_s: float = 0.0, storage: str = "s1") -> None:
+    beat = datetime.now(timezone.utc) - timedelta(seconds=age_s)
+    with Session(get_engine(url)) as s:
+        s.add(Host(name=name, address=f"10.0.0.{len(name)}", pool="rankzero", gpus=[], cpu_slots=slots,
+                   storage_id=storage, heartbeat_at=beat))  # fmt: skip
+        s.commit()
+
+
+def _submit(url: str, **spec: Any) -> int:
+    body = {"name": "j", "max_steps": 5, "device": "cpu", **spec}
+    with Session(get_engine(url)) as s:
+        return jobs.create(s, "j", body, queue="rankzero").id
+
+
+def _row(url: str, job_id: int) -> Job:
+    return jobs.get_job(get_engine(url), job_id)
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, str, str]]:
+    from worker import scheduler
+
+    out: list[tuple[int, int, str, str]] = []
+    monkeypatch.setattr(scheduler.queue, "send_node", lambda j, r, p, q, settings: out.append((j, r, p, q)))
+    return out
+
+
+def test_a_pass_places_sends_explains_and_refuses(api_settings, database_url, sent) -> None:
+    from worker.scheduler import schedule_once
+
+    settings = api_settings(database_url=database_url, stale_after_s=30)
+    upgrade(database_url)
+    _host(database_url, "host-a", 2)
+    _host(database_url, "host-b", 1)
+    _host(database_url, "host-dead", 8, age_s=600)
+    two_nodes = _submit(database_url, nproc=1, nnodes=2)
+    too_big = _submit(database_url, nproc=4)
+    with Session(get_engine(database_url)) as s:  # a row an older version stored: no longer valid
+        broken = jobs.create(s, "old", {"name": "old", "max_steps": 5, "retired_field": 1}, queue="rankzero").id
+    schedule_once(settings)
+
+    placed = _row(database_url, two_nodes)
+    assert sorted(n["host"] for n in placed.placement["nodes"]) == ["host-a", "host-b"]
+    assert placed.placement_id and placed.status == JobStatus.queued  # node 0 claims it
+    assert sorted((j, r, q) for j, r, _, q in sent) == [
+        (two_nodes, 0, f"rankzero.host.{placed.placement['nodes'][0]['host']}"),
+        (two_nodes, 1, f"rankzero.host.{placed.placement['nodes'][1]['host']}"),
+    ]
+    assert {p for _, _, p, _ in sent} == {placed.placement_id}
+    waiting = _row(database_url, too_big)
+    assert waiting.placement is None and "4" in waiting.pending_reason, waiting.pending_reason
+    assert "host-dead" not in waiting.pending_reason  # a dead host is nobody's capacity
+    refused = _row(database_url, broken)
+    assert refused.status == JobStatus.failed and "no longer valid" in refused.error
+
+    sent.clear()
+    schedule_once(settings)  # nothing new: no second message, no second placement
+    assert sent == [] and _row(database_url, two_nodes).placement_id == placed.placement_id
+
+
+def test_a_placement_whose_message_cannot_be_sent_is_taken_back(api_settings, database_url, monkeypatch) -> None:
+    from worker import scheduler
+
+    def broker_down(*_: Any) -> None:
+        raise ConnectionError("broker unreachable")
+
+    monkeypatch.setattr(scheduler.queue, "send_node", broker_down)
+    settings = api_settings(database_url=database_url)
+    upgrade(database_url)
+    _host(database_url, "host-a", 2)
+    job_id = _submit(database_url, nproc=2)
+    scheduler.schedule_once(settings)
+    row = _row(database_url, job_id)
+    assert row.placement is None and row.status == JobStatus.queued and "broker" in row.pending_reason
+
+
+def test_a_placed_job_whose_host_died_before_starting_it_is_placed_again(api_settings, database_url, sent) -> None:
+    from worker.scheduler import schedule_once
+
+    settings = api_settings(database_url=database_url, stale_after_s=30)
+    upgrade(database_url)
+    _host(database_url, "host-a", 2)
+    job_id = _submit(database_url, nproc=2)
+    schedule_once(settings)
+    first = _row(database_url, job_id).placement_id
+    with Session(get_engine(database_url)) as s:
+        s.get(Host, "host-a").heartbeat_at = datetime.now(timezone.utc) - timedelta(seconds=600)
+        s.commit()
+    _host(database_url, "host-b", 2)
+    schedule_once(settings)  # takes the orphan back
+    schedule_once(settings)  # and places it on the live host
+    row = _row(database_url, job_id)
+    assert row.placement_id not in (None, first) and row.placement["nodes"][0]["host"] == "host-b"
