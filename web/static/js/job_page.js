@@ -207,7 +207,12 @@ function renderCode(j) {
   $("#code-files").hidden = !stored;
   const entry = j.spec?.entrypoint;
   $("#code-command-row").hidden = !entry;
-  if (entry) setText($("#code-command"), `torchrun --nproc-per-node ${j.spec.nproc ?? 1} ${entry}`);
+  if (entry) {
+    // As the worker runs it: the ranks it got (an elastic fit may start fewer), one torchrun per host.
+    const nproc = j.placement?.nproc ?? j.spec.nproc ?? 1;
+    const nnodes = j.spec.nnodes ?? 1;
+    setText($("#code-command"), `torchrun ${nnodes > 1 ? `--nnodes ${nnodes} ` : ""}--nproc-per-node ${nproc} ${entry}`);
+  }
 }
 
 async function loadCodeFiles() {
