@@ -14,8 +14,8 @@
      - naive first fit: the baseline, one loop over jobs × hosts taking the first host with room (no
        best fit, gang, reservations, elastic, preemption or reasons): the floor of any per-job pass.
    Each row: median / p95 / max over `--passes` passes, and its median as a ratio of the full case's.
-2. submit → first step, 2-node vs 1-node of the same world size: needs a running service (stub, see
-   `submit_to_first_step`; the end-to-end tests are in tests/scheduler).
+2. submit → first step, 2-node vs 1-node of the same world size: a live API and two workers posing as
+   host-a and host-b (bench/service.py's harness), alternating; `--no-service` skips it.
 """
 
 from __future__ import annotations
@@ -24,11 +24,16 @@ import argparse
 import gc
 import os
 import random
+import signal
 import statistics
+import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -202,9 +207,85 @@ def placement_decision(args: argparse.Namespace) -> None:
 
 
 def submit_to_first_step(args: argparse.Namespace) -> None:
-    """Submit → first `progress` event for an `nnodes: 2, nproc: 1` job vs an `nproc: 2` job (same world size).
-    TODO(issue 10): needs a running service with two workers as host-a and host-b: see tests/scheduler."""
-    print("\n2. submit → first step, 2-node vs 1-node: needs a running service: see tests/scheduler")
+    """Submit → first optimizer step for an `nnodes: 2, nproc: 1` job vs an `nproc: 2` job (same world size),
+    on a live API with two workers posing as host-a and host-b (2 CPU slots each, SQLite, embedded broker),
+    alternating, `--starts` of each; medians and the ratio."""
+    import tempfile
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from service import SPEC, _first_step_time  # the service benchmark's spec and first-step reader
+
+    print(f"\n2. submit → first step, 2-node vs 1-node (world size 2; {args.starts} of each, alternating)")
+    times: dict[str, list[float]] = {"1 node × 2 ranks": [], "2 nodes × 1 rank": []}
+    with tempfile.TemporaryDirectory() as tmp, two_hosts(Path(tmp)) as (settings, client):
+        for _ in range(args.starts):
+            for label, shape in (("1 node × 2 ranks", {"nproc": 2}), ("2 nodes × 1 rank", {"nproc": 1, "nnodes": 2})):
+                t0 = time.time()
+                r = client.post("/jobs", json={**SPEC, **shape})
+                r.raise_for_status()
+                job_id = r.json()["id"]
+                events = settings.resolved_runs_dir / f"job_{job_id}" / "events.jsonl"
+                times[label].append(_first_step_time(events) - t0)
+                _wait_done(client, job_id)
+    base = statistics.median(times["1 node × 2 ranks"])
+    print(f"{'case':<20} {'median s':>9} {'min s':>7} {'max s':>7} {'× 1 node':>9}")
+    for label, xs in times.items():
+        print(f"{label:<20} {statistics.median(xs):>9.2f} {min(xs):>7.2f} {max(xs):>7.2f} "
+              f"{statistics.median(xs) / base:>9.2f}")  # fmt: skip
+
+
+@contextmanager
+def two_hosts(tmp: Path) -> Iterator[tuple[Any, Any]]:
+    """A live API (uvicorn in a thread) and two `rankzero worker`s as host-a and host-b, 2 slots each."""
+    import httpx
+    import uvicorn
+
+    from api.app import create_app
+    from cli.serve import settings_env
+    from core.settings import Settings
+    from worker.launch import free_port
+
+    token = "rankzero-bench-token-0123456789abcdef0123456789"
+    settings = Settings(data_dir=tmp / "data", runs_dir=tmp / "runs", api_token=token, gpus="", cpu_slots=2)
+    settings.data_dir.mkdir(parents=True)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    workers = []
+    for host in ("host-a", "host-b"):
+        env = settings_env(settings) | {"OMP_NUM_THREADS": "1", "RANKZERO_HOST_NAME": host}
+        with open(tmp / f"{host}.log", "wb") as log:
+            workers.append(subprocess.Popen([sys.executable, "-m", "cli.main", "worker", "--concurrency", "2"],
+                                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True))  # fmt: skip
+    try:
+        client = httpx.Client(base_url=f"http://127.0.0.1:{port}/api", headers={"Authorization": f"Bearer {token}"},
+                              timeout=30)  # fmt: skip
+        deadline = time.monotonic() + 90
+        while len([h for h in client.get("/hosts").json() if h["alive"]]) < 2:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the workers did not register; see {tmp}/host-*.log")
+            time.sleep(0.2)
+        yield settings, client
+    finally:
+        for w in workers:
+            os.killpg(w.pid, signal.SIGTERM)
+        for w in workers:
+            try:
+                w.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(w.pid, signal.SIGKILL)
+        server.should_exit = True
+        thread.join(10)
+
+
+def _wait_done(client: object, job_id: int, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while client.get(f"/jobs/{job_id}").json()["status"] not in ("succeeded", "failed", "cancelled"):  # type: ignore[attr-defined]
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"bench job {job_id} did not finish")
+        time.sleep(0.1)
 
 
 def main(argv: list[str]) -> None:
@@ -214,9 +295,12 @@ def main(argv: list[str]) -> None:
     p.add_argument("--running", type=int, default=200)
     p.add_argument("--passes", type=int, default=30)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--starts", type=int, default=3, help="submit → first step runs of each shape")
+    p.add_argument("--no-service", action="store_true", help="only the placement pass (section 1)")
     args = p.parse_args(argv)
     placement_decision(args)
-    submit_to_first_step(args)
+    if not args.no_service:
+        submit_to_first_step(args)
 
 
 if __name__ == "__main__":
