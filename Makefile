@@ -12,7 +12,8 @@ $(BIN)/python:
 
 # Runtime install (torch is the registry's CUDA build: ~3 GB the first time).
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e .
+	@echo "installing rankzero and torch (the first time: ~3 GB, a few minutes)…"
+	$(BIN)/pip install --progress-bar on -e .
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import sys
+from pathlib import Path
 
 import uvicorn
 
@@ -46,6 +47,26 @@ def check_bind(settings: Settings) -> None:
             f"refusing to listen on {settings.host} without a configured API token: "
             "set RANKZERO_API_TOKEN (or bind 127.0.0.1)"
         )
+
+
+def log_to_file(path: Path) -> dict[str, object]:
+    """uvicorn's logging for `rankzero up`: every request and server message to `path`, only warnings
+    to the terminal, so the banner with the URL and token stays on screen."""
+    fmt = {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"plain": fmt},
+        "handlers": {
+            "file": {"class": "logging.FileHandler", "filename": str(path), "formatter": "plain"},
+            "terminal": {"class": "logging.StreamHandler", "formatter": "plain", "level": "WARNING"},
+        },
+        "loggers": {
+            "uvicorn": {"handlers": ["file", "terminal"], "level": "INFO", "propagate": False},
+            "uvicorn.error": {"level": "INFO"},
+            "uvicorn.access": {"handlers": ["file"], "level": "INFO", "propagate": False},
+        },
+    }
 
 
 def serve(settings: Settings, **uvicorn_options: object) -> None:

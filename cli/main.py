@@ -87,11 +87,12 @@ def _run(fn: Any) -> Any:
 def up(
     port: Annotated[int | None, typer.Option(help="API port (default RANKZERO_PORT or 8000).")] = None,
     concurrency: Annotated[
-        int | None, typer.Option(help="Jobs the worker runs at once (default: its GPU count, at least 1).")
+        int | None,
+        typer.Option(help="Jobs the worker runs at once (default RANKZERO_CONCURRENCY, else its GPUs or CPU slots)."),
     ] = None,
 ) -> None:
     """API + worker on this machine: SQLite and an embedded broker under RANKZERO_DATA_DIR, bound to 127.0.0.1."""
-    from api.server import serve
+    from api.server import log_to_file, serve
     from cli.serve import start_worker_process, stop_process
     from core.migrate import upgrade
 
@@ -108,16 +109,22 @@ def up(
         _fail(str(exc), code=2)
     worker = start_worker_process(settings, concurrency, settings.data_dir / "worker.log")
     url = default_url(settings)
-    console.print(
-        f"[bold green]rankzero[/] is up at [link={url}]{url}[/link]  (dashboard: {url}/, API docs: {url}/docs)"
-    )
-    console.print(f"API token: [bold]{token}[/]   (export RANKZERO_API_TOKEN={token})")
-    console.print(
-        Text(f"data: {settings.data_dir}   worker log: {settings.data_dir / 'worker.log'}   Ctrl-C stops both")
-    )
+    api_log = settings.data_dir / "api.log"
+    # Plain lines, one value each, nothing wrapped or boxed: they survive a copy-paste whole.
+    for line in (
+        "rankzero is up",
+        f"  dashboard:  {url}/",
+        f"  API docs:   {url}/docs",
+        f"  API token:  {token}",
+        f"  CLI:        export RANKZERO_API_TOKEN={token}",
+        f"  data:       {settings.data_dir}",
+        f"  logs:       {api_log}  {settings.data_dir / 'worker.log'}",
+        "  Ctrl-C stops the API and the worker (running jobs checkpoint and go back to the queue)",
+    ):
+        console.print(Text(line), soft_wrap=True)
     record_server(settings, url)  # the CLI of this data dir finds this port (`up --port`)
     try:
-        serve(settings)
+        serve(settings, log_config=log_to_file(api_log))
     finally:
         forget_server(settings)
         console.print("stopping the worker (running jobs checkpoint and go back to the queue)…")

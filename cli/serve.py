@@ -18,9 +18,13 @@ def settings_env(settings: Settings) -> dict[str, str]:
 
 
 def default_concurrency(settings: Settings) -> int:
+    """RANKZERO_CONCURRENCY, else one job per GPU, else one per CPU slot (at most 8): as many as the
+    scheduler may place on this host at once, so a placed job never waits behind the worker's pool."""
     from core.capacity import host_gpus
 
-    return max(1, len(host_gpus(settings)))
+    if settings.concurrency:
+        return settings.concurrency
+    return max(1, len(host_gpus(settings)) or min(settings.resolved_cpu_slots, 8))
 
 
 def worker_argv(concurrency: int, pool: str, loglevel: str = "info") -> list[str]:

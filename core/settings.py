@@ -108,6 +108,9 @@ class Settings(BaseSettings):
         max_length=255,
         description="An address the other hosts reach this one at (node 0's rendezvous); default: the hostname's.",
     )
+    concurrency: int | None = Field(
+        None, ge=1, le=256, description="Jobs (nodes) one worker runs at once; default: its GPUs, else its CPU slots."
+    )
     cpu_slots: int | None = Field(
         None, ge=1, le=4096, description="Rank slots for CPU jobs on this host; default: its core count."
     )

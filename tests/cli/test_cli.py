@@ -85,6 +85,8 @@ def test_up_prints_url_and_token_and_its_worker_dies_with_it(tmp_path):
     import signal
     import time
 
+    import httpx
+
     from core.settings import Settings
     from tests.support.procs import alive
 
@@ -100,10 +102,14 @@ def test_up_prints_url_and_token_and_its_worker_dies_with_it(tmp_path):
             assert time.monotonic() < deadline and up.poll() is None, "rankzero up did not start its worker"
             time.sleep(0.2)
         token = (tmp_path / "api_token").read_text().strip()
+        for _ in range(3):  # requests go to the API's log file, not over the banner
+            httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=10)
         worker_pid = int(subprocess.run(["pgrep", "-P", str(up.pid)], capture_output=True, text=True).stdout.split()[0])
         os.kill(up.pid, signal.SIGKILL)  # even a killed `up` must not leave its worker behind
         out = up.communicate(timeout=10)[0]
-        assert f"http://127.0.0.1:{port}" in out and token in out
+        assert f"  dashboard:  http://127.0.0.1:{port}/\n" in out and f"  API token:  {token}\n" in out, out
+        assert "GET /api/health" not in out, out
+        assert "GET /api/health" in (tmp_path / "api.log").read_text()
         deadline = time.monotonic() + 30
         while alive(worker_pid):
             assert time.monotonic() < deadline, "the worker outlived rankzero up"
