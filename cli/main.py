@@ -216,11 +216,13 @@ def submit(
 
 
 def _print_queued(job: dict[str, Any], note: str = "") -> None:
+    # A script's batch is its own business: the built-in trainer's global batch means nothing there.
+    is_script = bool((job.get("spec") or {}).get("entrypoint"))
+    shape = "" if is_script else f", global batch {views.number(job['global_batch_size'])}"
     console.print(
-        Text.assemble("job ", (str(job["id"]), "bold"), f" queued: {job['name']} ({job['strategy']}, "
-                      f"global batch {views.number(job['global_batch_size'])}){note}"),
+        Text.assemble("job ", (str(job["id"]), "bold"), f" queued: {job['name']} ({job['strategy']}{shape}){note}"),
         soft_wrap=True,
-    )  # fmt: skip
+    )
 
 
 def _follow_to_end(client: Api, job_id: int) -> None:

@@ -64,6 +64,13 @@ def test_submit_with_code_uploads_once(settings: Settings, live_api, project: Pa
     assert fourth.returncode == 0 and "nothing to upload" not in fourth.stdout
     assert len(list(bundles.store_dir(settings).glob("*.tar.gz"))) == 2
 
+    # A script job: its line names the ranks, not the built-in trainer's (meaningless) global batch.
+    script = tmp_path / "script.yaml"
+    script.write_text(yaml.safe_dump({"name": "script", "entrypoint": "helpers.py", "nproc": 2}))
+    fifth = _submit(script, project, url)
+    assert fifth.returncode == 0, fifth.stdout + fifth.stderr
+    assert "job 5 queued: script (script × 2)" in fifth.stdout and "global batch" not in fifth.stdout, fifth.stdout
+
     headers = {"Authorization": f"Bearer {API_TOKEN}"}
     jobs = [httpx.get(f"{url}/api/jobs/{i}", headers=headers).json() for i in (1, 2, 3)]
     sha = stored.name.removesuffix(".tar.gz")
