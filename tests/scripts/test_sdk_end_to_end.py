@@ -120,14 +120,16 @@ def _wait_mid_run(client: Any, job_id: int, step: int) -> None:
         time.sleep(0.2)
 
 
-@pytest.mark.parametrize("dies", ["worker", "host"])
+@pytest.mark.parametrize("dies", ["worker", "host", "drain"])
 def test_worker_killed_mid_run_the_script_resumes_from_load_checkpoint(
     service, workers, project, tmp_path: Path, dies: str
 ) -> None:
     """worker: only the Celery worker is SIGKILLed; torchrun gets SIGTERM (PR_SET_PDEATHSIG), the ranks'
     should_stop() turns True, the script saves where it is and exits 75: attempt 2 retrains nothing.
     host: the worker, torchrun and both ranks are SIGKILLed: attempt 2 resumes from the last epoch's
-    checkpoint and retrains the steps after it (each stays one point on the curve)."""
+    checkpoint and retrains the steps after it (each stays one point on the curve).
+    drain: the worker gets SIGTERM (a deploy): it stops the ranks with SIGTERM, the script saves and
+    exits 75 (rankzero.EXIT_STOPPED), and the job goes back to the queue before the worker exits."""
     settings, client = service()
     first = workers.start(settings, extra_env=STALE)
     epochs = 4
@@ -139,10 +141,14 @@ def test_worker_killed_mid_run_the_script_resumes_from_load_checkpoint(
     attempt1 = job_pids(workers.marker, job_id)
     assert len(attempt1) >= 3, "torchrun and its two ranks are not running"
 
-    os.kill(first.pid, signal.SIGKILL)  # the worker process, by its pid
+    os.kill(first.pid, signal.SIGTERM if dies == "drain" else signal.SIGKILL)  # the worker process, by its pid
     if dies == "host":
         kill_all(attempt1)  # torchrun and the ranks, by their pids
     first.wait(timeout=30)
+    if dies == "drain":
+        back = client.job(job_id)
+        assert back["status"] == "queued", back  # handed back before the worker exited
+        assert "worker shutting down" in back["transitions"][-1]["detail"], back["transitions"]
     workers.start(settings, extra_env=STALE)  # a worker comes back; its recovery sweep finds the job
 
     done = client.wait_terminal(job_id, timeout=300)
@@ -156,7 +162,7 @@ def test_worker_killed_mid_run_the_script_resumes_from_load_checkpoint(
     start = int(resumed.group(1))  # the step of the checkpoint load_checkpoint() returned
     assert a1 == list(range(1, len(a1) + 1)) and a2 == list(range(start + 1, total + 1)), (out1, out2)
     assert start >= STEPS_PER_EPOCH, (start, a1)  # > 0: resumed, not started over
-    if dies == "worker":
+    if dies in ("worker", "drain"):
         assert start == a1[-1], f"attempt 1 stopped after step {a1[-1]} but attempt 2 resumed after step {start}"
     else:
         assert start == a1[-1] // STEPS_PER_EPOCH * STEPS_PER_EPOCH, (start, a1[-1])  # the last epoch's end
