@@ -13,7 +13,9 @@ Rows (each against a baseline in the same run):
 the navigation started) in data-first-draw-ms and sets a performance mark `chart-first-draw:<id>`.
 Setup writes the points straight into a fresh SQLite database (one INSERT … SELECT per series) and
 folds them into the min/max rollups as the worker would at ingest; only the API runs (uvicorn).
-Each row: one cold load (first visit of that page), then the median and worst of --repeats loads.
+Each row: one cold load (first visit of that page), then the median and worst of --repeats loads; a
+target is met when the median is within it. The machine's load average is printed with the table:
+on a shared 2-CPU box the same page takes twice as long at a load of 8 as on an idle one.
 """
 
 from __future__ import annotations
@@ -215,7 +217,7 @@ def main() -> int:
     ok = True
     for r in rows:
         target = f"≤ {r['target']}" if r["target"] else "–"
-        good = r["target"] is None or r["worst"] <= r["target"]
+        good = r["target"] is None or r["median"] <= r["target"]  # judged by the median; the worst is shown
         ok &= good
         median = f"{r['median']:.0f} ({r['fetch']:.0f})"
         print(

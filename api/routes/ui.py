@@ -25,6 +25,7 @@ from fastapi.templating import Jinja2Templates
 from sqlmodel import Session
 
 from api.auth import CSRF_HEADER, app_settings, end_session, issue_session, session_csrf, token_matches
+from core import metric_rollup
 from core.db import get_engine
 from core.paths import UnsafePath, run_dir_of
 from core.resume import derived_name, resume_spec
@@ -203,7 +204,36 @@ def job_page(request: Request, settings: SettingsDep, job_id: Annotated[int, Pat
     csrf = session_csrf(request, settings)
     if csrf is None:
         return _to_login(request)
-    return _page(request, "job.html", csrf, nav="jobs", job_id=job_id, spec_defaults_json=_SPEC_DEFAULTS_JSON)
+    with Session(get_engine(settings.resolved_database_url)) as db:
+        names = metric_rollup.series_names(db, job_id)
+    first = _first_chart(names)
+    return _page(
+        request,
+        "job.html",
+        csrf,
+        nav="jobs",
+        job_id=job_id,
+        spec_defaults_json=_SPEC_DEFAULTS_JSON,
+        series_json=_script_json({"names": names, "first": first}),
+        first_chart_query=urlencode({"name": first, "max_points": JOB_MAX_POINTS}, doseq=True) if first else None,
+    )
+
+
+JOB_MAX_POINTS = 2000  # job_charts.js's maxPoints
+
+
+def _first_chart(names: list[str]) -> list[str]:
+    """The loss chart's series (train/loss, val/loss, …), which the page reads first and draws before the
+    rest (job_charts.js: chartKey, byRole); the same order, so the preloaded URL is the one it asks for."""
+
+    def key(name: str) -> str:
+        parts = name.split("/")
+        return "/".join(parts[1:]) if len(parts) > 1 and parts[0] in ("train", "val") else name
+
+    def role(name: str) -> tuple[int, str]:
+        return (0 if name.startswith("train/") else 1 if name.startswith("val/") else 2, name)
+
+    return sorted((n for n in names if key(n) == "loss"), key=role)
 
 
 # The job page's configuration panel lists what differs from these first (and, for a script job,
@@ -227,7 +257,7 @@ def hosts_page(request: Request, settings: SettingsDep) -> Response:
 
 
 COMPARE_MAX_RUNS = 10  # compare.js's MAX_RUNS
-COMPARE_MAX_POINTS = 2000  # compare.js's MAX_POINTS
+COMPARE_MAX_POINTS = 700  # compare.js's MAX_POINTS
 
 
 def _compare_preloads(ids: str | None, metric: str | None) -> list[str]:

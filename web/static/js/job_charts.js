@@ -11,6 +11,7 @@ import { LineChart, seriesStyle } from "./charts.js";
 const KNOWN_IDS = { loss: "chart-loss", accuracy: "chart-acc", lr: "chart-lr" };
 const GROUP_TITLES = { train: "Training and validation", throughput: "Throughput", other: "Your metrics", sys: "System" };
 const FIRST_IN_TRAIN = ["loss", "accuracy", "lr"];
+const MAX_NAMES = 20; // the metrics route's limit on `name`
 
 /** The chart a series goes on: train/X and val/X share "X"; sys/<where>/<measure> share "sys/<measure>". */
 export function chartKey(name) {
@@ -42,8 +43,9 @@ function byRole(a, b) {
 }
 
 export class MetricPanel {
-  constructor(root, { jobId, maxPoints = 2000, smoothing = 0.6, onChange }) {
+  constructor(root, { jobId, maxPoints = 2000, smoothing = 0.6, onChange, initial = null }) {
     this.root = root;
+    this.initial = initial; // {names, first}: the job's series when the page was made, and the loss chart's
     this.jobId = jobId;
     this.maxPoints = maxPoints;
     this.smoothing = smoothing;
@@ -59,8 +61,8 @@ export class MetricPanel {
     this.zoomed = null;
   }
 
-  async fetch(range) {
-    const query = { max_points: this.maxPoints };
+  async fetch(range, names = null) {
+    const query = names ? { name: names, max_points: this.maxPoints } : { max_points: this.maxPoints };
     if (range) {
       query.start_step = Math.max(0, Math.floor(range.min));
       query.end_step = Math.ceil(range.max);
@@ -78,8 +80,27 @@ export class MetricPanel {
     return out;
   }
 
+  /** Every series, downsampled. The first time, when the page named the job's series: the loss chart's
+   * first (its read was preloaded with the page), drawn at once, then the rest in one more read. */
   async loadFull() {
     const seq = ++this.seq;
+    const known = this.initial;
+    this.initial = null;
+    if (known && known.first.length && known.names.length - known.first.length <= MAX_NAMES) {
+      const first = await this.fetch(null, known.first);
+      if (seq !== this.seq) return;
+      this.full = first;
+      if (!this.view) this.render();
+      const rest = known.names.filter((n) => !known.first.includes(n));
+      if (rest.length) {
+        const more = await this.fetch(null, rest);
+        if (seq !== this.seq) return;
+        for (const [name, s] of more) this.full.set(name, s);
+      }
+      this.loaded = true;
+      if (!this.view) this.render(); else this.ensureCharts();
+      return;
+    }
     const full = await this.fetch(null);
     if (seq !== this.seq) return;
     this.full = full;
@@ -113,7 +134,7 @@ export class MetricPanel {
       names.sort(byRole);
       const have = this.charts.get(key);
       if (have && have.names.join() === names.join()) continue;
-      if (have) { have.chart.destroy(); have.figure.remove(); }
+      if (have) { this.updateChart(have, key, names); continue; }
       this.charts.set(key, this.makeChart(key, group, names));
       added = true;
     }
@@ -121,22 +142,33 @@ export class MetricPanel {
     this.onChange(this);
   }
 
+  seriesOf(names) {
+    const longest = Math.max(...names.map((n) => this.full.get(n)?.total || 0));
+    return names.map((n, i) => ({
+      label: n,
+      ...seriesStyle(i),
+      sparse: (this.full.get(n)?.total || 0) < Math.min(200, longest / 5 + 1),
+    }));
+  }
+
+  /** A chart that gains a series (val/loss after train/loss) keeps its figure; its plot is rebuilt. */
+  updateChart(entry, key, names) {
+    entry.names = names;
+    entry.chart.opts.series = this.seriesOf(names);
+    entry.chart.tables = names.map((n) => this.full.get(n) || { xs: [], ys: [] });
+    setText(entry.figure.querySelector(".chart-title"), chartTitle(key, names));
+  }
+
   makeChart(key, group, names) {
-    const title = names.length > 1 && names.every((n) => /^(train|val)\//.test(n))
-      ? `${key} (${names.map((n) => n.split("/")[0]).join(", ")})` : (names.length === 1 ? names[0] : key);
+    const title = chartTitle(key, names);
     const logBox = h("input", { type: "checkbox", class: "chart-log-box", "aria-label": `Log scale for ${title}` });
     const figure = h("figure", { class: "chart", id: slug(key), dataset: { key } },
       h("figcaption", {}, h("span", { class: "chart-title" }, title),
         h("label", { class: "check chart-log" }, logBox, " log")),
       h("div", { class: "plot" }));
     this.gridFor(group).append(figure);
-    const longest = Math.max(...names.map((n) => this.full.get(n)?.total || 0));
     const chart = new LineChart(figure, {
-      series: names.map((n, i) => ({
-        label: n,
-        ...seriesStyle(i),
-        sparse: (this.full.get(n)?.total || 0) < Math.min(200, longest / 5 + 1),
-      })),
+      series: this.seriesOf(names),
       x: "step",
       yLabel: key.split("/").pop(),
       syncKey: `job-${this.jobId}`,
@@ -234,6 +266,11 @@ export class MetricPanel {
       if (!this.view) this.render();
     }, 250);
   }
+}
+
+function chartTitle(key, names) {
+  if (names.length > 1 && names.every((n) => /^(train|val)\//.test(n))) return `${key} (${names.map((n) => n.split("/")[0]).join(", ")})`;
+  return names.length === 1 ? names[0] : key;
 }
 
 /** A series' final and best value (min, or max for accuracy-like names) with their steps. */

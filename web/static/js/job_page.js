@@ -22,7 +22,10 @@ const storedSmoothing = Number(localStorage.getItem(SMOOTHING_KEY));
 const smoothing = Number.isFinite(storedSmoothing) && localStorage.getItem(SMOOTHING_KEY) !== null ? storedSmoothing : 0.6;
 $("#smoothing").value = String(smoothing);
 setText($("#smoothing-value"), smoothing.toFixed(2));
-const panel = new MetricPanel($("#charts-body"), { jobId, smoothing, onChange: () => { renderChartsEmpty(); renderOutcome(); } });
+const initialSeries = (() => { try { return JSON.parse($("#job-series").textContent); } catch { return null; } })();
+const panel = new MetricPanel($("#charts-body"), {
+  jobId, smoothing, initial: initialSeries, onChange: () => { renderChartsEmpty(); renderOutcome(); },
+});
 const logs = new LogView(jobId);
 
 function renderChartsEmpty() {
