@@ -14,7 +14,10 @@ message stays in Redis's unacked set (visibility_timeout brings it back; the job
 from __future__ import annotations
 
 import os
+import select
+import struct
 import time
+import weakref
 from typing import Any
 
 _installed = False
@@ -42,18 +45,20 @@ def install() -> None:
 #
 # kombu polls the message table every `polling_interval` seconds, each poll a few SQL statements in a
 # BEGIN IMMEDIATE transaction: at 0.1 s (what keeps submit → start short) an idle `rankzero up`
-# burned ~3 % of a core. Instead the worker waits by stat()ing the broker's files (the database and
-# its -wal/-journal companions): any producer's message is a write, and a write changes them, so a
-# submit wakes the worker within WATCH_S (a stat costs microseconds, a poll milliseconds). The table
-# itself is still polled every `poll_s` for ACTIVE_S after the last message or wake-up, then less and
-# less often (never more than IDLE_MAX_S apart: the bound on a wake-up missed, e.g. two writes within
-# one tick of the file system's clock). While every slot is taken (prefetch), no poll runs at all,
-# and a slot freed by a finished job is noticed within `poll_s`, as before.
+# burned ~3 % of a core. Instead the worker sleeps until a broker file (the database and its
+# -wal/-journal companions) is written: any producer's message is a write. On Linux inotify wakes it
+# at once (the wait costs nothing); elsewhere it stat()s the files every WATCH_S. The table itself is
+# still polled every `poll_s` for ACTIVE_S after the last message or wake-up, then less and less often
+# (never more than IDLE_MAX_S apart: the bound on a wake-up missed, e.g. a producer on another host of
+# a shared file system). While every slot is taken (prefetch), no poll runs at all, and a slot freed by
+# a finished job is noticed within `poll_s`, as before.
 
-WATCH_S = 0.05
+WATCH_S = 0.1
 ACTIVE_S = 10.0
-IDLE_MAX_S = 2.0
+IDLE_MAX_S = 5.0
 _BROKER_FILE_SUFFIXES = ("", "-wal", "-journal")
+_IN_MODIFY, _IN_CLOSE_WRITE, _IN_MOVED_TO, _IN_CREATE = 0x2, 0x8, 0x80, 0x100
+_EVENT_HEAD = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (then the name)
 
 
 def _broker_files(transport: Any) -> list[str]:
@@ -66,7 +71,8 @@ def _broker_files(transport: Any) -> list[str]:
         return []
     if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
         return []
-    return [url.database + suffix for suffix in _BROKER_FILE_SUFFIXES]
+    path = os.path.abspath(url.database)
+    return [path + suffix for suffix in _BROKER_FILE_SUFFIXES]
 
 
 def _signature(files: list[str]) -> tuple[tuple[int, int, int], ...]:
@@ -79,6 +85,74 @@ def _signature(files: list[str]) -> tuple[tuple[int, int, int], ...]:
         else:
             out.append((st.st_ino, st.st_mtime_ns, st.st_size))
     return tuple(out)
+
+
+def _inotify(folder: str) -> int | None:
+    """A non-blocking inotify descriptor watching writes in `folder`, or None (not Linux, no inotify)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, AttributeError):
+        return None
+    if fd < 0:
+        return None
+    mask = _IN_MODIFY | _IN_CLOSE_WRITE | _IN_MOVED_TO | _IN_CREATE
+    if libc.inotify_add_watch(fd, os.fsencode(folder), mask) < 0:
+        os.close(fd)
+        return None
+    return fd
+
+
+class BrokerWatch:
+    """Tells whether the broker's files were written since `arm()`: inotify where there is one, else stat()."""
+
+    def __init__(self, files: list[str]) -> None:
+        self.files = files
+        self.names = {os.fsencode(os.path.basename(f)) for f in files}
+        self.fd = _inotify(os.path.dirname(files[0])) if files else None
+        self._seen: tuple = ()
+
+    def arm(self) -> None:
+        """Forget earlier writes: call before polling the table, so a message put after it wakes `wait`."""
+        if self.fd is not None:
+            self._written()
+        else:
+            self._seen = _signature(self.files)
+
+    def wait(self, seconds: float, step: float) -> bool:
+        """Sleep up to `seconds`; True as soon as a broker file is written (checked every `step` without inotify)."""
+        until = time.monotonic() + seconds
+        while (left := until - time.monotonic()) > 0:
+            if self.fd is not None:
+                if select.select([self.fd], [], [], left)[0] and self._written():
+                    return True
+                continue
+            time.sleep(min(step, left))
+            if _signature(self.files) != self._seen:
+                return True
+        return False
+
+    def _written(self) -> bool:
+        """Drain the queued inotify events; True if one was about a broker file."""
+        hit = False
+        while True:
+            try:
+                data = os.read(self.fd, 65536)  # type: ignore[arg-type]
+            except BlockingIOError:
+                return hit
+            at = 0
+            while at + _EVENT_HEAD.size <= len(data):
+                _, _, _, length = _EVENT_HEAD.unpack_from(data, at)
+                name = data[at + _EVENT_HEAD.size : at + _EVENT_HEAD.size + length].rstrip(b"\0")
+                hit = hit or name in self.names
+                at += _EVENT_HEAD.size + length
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def _slots_full(transport: Any) -> bool:
@@ -94,32 +168,27 @@ def idle_interval(idle_for: float, poll_s: float) -> float:
     return max(poll_s, min(IDLE_MAX_S, poll_s * 2 ** ((idle_for - ACTIVE_S) / ACTIVE_S * 4)))
 
 
-def _wait(transport: Any, seen: tuple, files: list[str], budget: float | None) -> None:
-    """Sleep until the next poll is due, a broker file changes (a wake-up) or `budget` runs out."""
-    now = time.monotonic()
-    full = _slots_full(transport)
-    poll_s = transport.polling_interval
-    interval = poll_s if full else idle_interval(now - transport._rz_active, poll_s)
-    until = now + (interval if budget is None else min(interval, budget))
-    step = min(WATCH_S, poll_s)
-    while (left := until - time.monotonic()) > 0:
-        time.sleep(min(step, left))
-        if not full and _signature(files) != seen:
-            transport._rz_active = time.monotonic()
-            return
+def _watch(transport: Any) -> BrokerWatch | None:
+    watch = transport.__dict__.get("_rz_watch", False)
+    if watch is False:
+        files = _broker_files(transport)
+        watch = transport._rz_watch = BrokerWatch(files) if files else None
+        if watch is not None:
+            weakref.finalize(transport, watch.close)
+        transport._rz_active = time.monotonic()
+    return watch
 
 
 def _adaptive_drain_events(self: Any, connection: Any, timeout: float | None = None) -> None:
     """kombu's virtual Transport.drain_events, waiting as the block above says instead of a fixed sleep."""
     from kombu.transport.virtual.base import Empty
 
-    files = self.__dict__.get("_rz_files")
-    if files is None:
-        files = self._rz_files = _broker_files(self)
-        self._rz_active = time.monotonic()
+    watch = _watch(self)
+    poll_s = self.polling_interval
     start = time.monotonic()
     while True:
-        seen = _signature(files)  # before the poll: a message put after it changes what the wait sees
+        if watch is not None:
+            watch.arm()  # before the poll: a message put after it wakes the wait below
         try:
             self.cycle.get(self._deliver, timeout=timeout)
         except Empty:
@@ -130,10 +199,13 @@ def _adaptive_drain_events(self: Any, connection: Any, timeout: float | None = N
         budget = None if timeout is None else timeout - (time.monotonic() - start)
         if budget is not None and budget <= 0:
             raise TimeoutError  # socket.timeout: what kombu's callers expect
-        if files:
-            _wait(self, seen, files, budget)
-        else:  # not a SQLite file: nothing to watch, poll at the fixed interval as kombu does
-            time.sleep(self.polling_interval if budget is None else min(self.polling_interval, budget))
+        now = time.monotonic()
+        if watch is None or _slots_full(self):  # nothing to watch, or no slot to take a message: as kombu does
+            time.sleep(poll_s if budget is None else min(poll_s, budget))
+            continue
+        interval = idle_interval(now - self._rz_active, poll_s)
+        if watch.wait(interval if budget is None else min(interval, budget), min(WATCH_S, poll_s)):
+            self._rz_active = time.monotonic()
 
 
 def poll_adaptively(poll_s: float) -> None:
