@@ -186,3 +186,15 @@ def test_digits_are_read_without_scikit_learn_and_equal_load_digits() -> None:
     pixels, labels = _digits_table()
     d = load_digits()
     assert (pixels == d.data).all() and (labels == d.target).all() and labels.dtype == d.target.dtype
+
+
+def test_compile_without_a_compiler_trains_eagerly_and_says_so(tmp_path, monkeypatch, capsys) -> None:
+    import trainer.strategy
+
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr(trainer.strategy.shutil, "which", lambda name: None)
+    spec = _spec(compile=True, max_steps=3, log_every=1, eval_every=None, checkpoint={"every_steps": None})
+    assert train(spec, tmp_path / "run") == 0
+    assert "compile: true ignored on this host, training eagerly: no C++ compiler found" in capsys.readouterr().err
+    assert read_events(tmp_path / "run")[-1] == {**read_events(tmp_path / "run")[-1], "type": "finished", "step": 3}
+    assert not (tmp_path / "run" / "compile_cache").exists()
