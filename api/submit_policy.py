@@ -175,7 +175,8 @@ def check_data_paths(spec: JobSpec, settings: Settings) -> JobSpec:
 def check_capacity(spec: JobSpec, settings: Settings) -> None:
     reason = capacity.check_fits(spec, settings)
     if reason:
-        raise SpecRefused(("body", "nproc"), reason)
+        field = "nnodes" if spec.nnodes > 1 and "nnodes" in reason else "nproc"
+        raise SpecRefused(("body", field), reason)
 
 
 # --- resource limits (each names its setting) ---------------------------------------------------

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.commands import ROOT
-from tests.support.jobs import fake_spec
+from tests.support.jobs import fake_spec, wait
 from tests.support.procs import alive, job_pids
 
 
@@ -56,21 +56,26 @@ def test_cancelled_queued_job_never_starts(service, workers):
 
 
 def test_same_message_twice_runs_once(service, workers):
-    from core.queue import enqueue
+    from core import hosts, jobs
+    from core.db import get_engine
+    from core.queue import send_node
 
     settings, client = service()
     workers.start(settings, pool="prefork", concurrency=2)
-    job = client.submit(fake_spec(max_steps=30))
-    enqueue(job["id"], settings)  # the same message again, e.g. a redelivery after visibility_timeout
-    enqueue(job["id"], settings)
+    job = client.submit(fake_spec(max_steps=30, args={"step_s": 0.1}))
+    engine = get_engine(settings.resolved_database_url)
+    row = wait(lambda: (r := jobs.get_job(engine, job["id"])) and r.placement_id and r, 60, "the job placed")
+    node_queue = hosts.host_queue(settings.queue, row.placement["nodes"][0]["host"])
+    # The same node message again, twice (a redelivery after visibility_timeout, a resent placement).
+    send_node(job["id"], 0, row.placement_id, node_queue, settings)
+    send_node(job["id"], 0, row.placement_id, node_queue, settings)
     done = client.wait_terminal(job["id"], 60)
     assert done["status"] == "succeeded" and done["attempt"] == 1
     run = Path(settings.resolved_runs_dir) / f"job_{job['id']}"
     started = [e for e in map(json.loads, (run / "events.jsonl").read_text().splitlines()) if e["type"] == "started"]
     assert len(started) == 1
     assert [p.name for p in (run / "logs").iterdir() if p.is_dir()] == ["attempt_1"]
-    time.sleep(1.0)  # give the duplicate deliveries time to be consumed
-    assert "nothing to do" in workers.log(0)
+    wait(lambda: workers.log(0).count("nothing to do") >= 2, 30, "both duplicates consumed as no-ops")
 
 
 def test_failed_rank_is_named_with_traceback(service, workers):

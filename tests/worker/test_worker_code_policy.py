@@ -13,7 +13,7 @@ from core.tables import Job, JobStatus
 
 
 def test_user_code_outside_the_allow_list_is_refused_by_the_worker(api_settings, sqlite_url, tmp_path) -> None:
-    from worker.supervise import run_job
+    from worker.supervise import run_node
 
     settings = api_settings(database_url=sqlite_url, allowed_code="myorg")
     upgrade(sqlite_url)
@@ -21,7 +21,10 @@ def test_user_code_outside_the_allow_list_is_refused_by_the_worker(api_settings,
     allowed = {"name": "ok", "model": {"name": "myorg.models:net"}, "data": {"name": "digits"}, "max_steps": 1}
     with Session(get_engine(sqlite_url)) as s:  # straight into the table, as a row the API never checked
         sneaky = jobs.create(s, "sneaky", spec, settings.queue).id
-    account = run_job(sneaky, settings)
+    placed = {"nodes": [{"host": "h", "node_rank": 0, "gpus": [], "slots": 1}], "nproc": 1, "accumulation_steps": 1}
+    with get_engine(sqlite_url).begin() as conn:  # as the scheduler would place it
+        assert jobs.place(conn, sneaky, placed, "p1")
+    account = run_node(sneaky, 0, "p1", settings)
     assert "user code not allowed" in account
     with Session(get_engine(sqlite_url)) as s:
         job = s.get(Job, sneaky)
