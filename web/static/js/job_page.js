@@ -90,7 +90,7 @@ function renderPlacement(j) {
   }
   const gpus = p.nodes.flatMap((n) => (n.gpus || []).map((g) => `${n.host}:${g}`));
   el.hidden = false;
-  el.replaceChildren(h("span", {}, parts.join(" ")), gpus.length ? h("span", { class: "muted" }, ` · GPUs ${gpus.join(", ")}`) : null);
+  el.replaceChildren(h("span", {}, parts.join(" ")), ...(gpus.length ? [h("span", { class: "muted" }, ` · GPUs ${gpus.join(", ")}`)] : []));
 }
 
 /** A queued job says why it waits (pending_reason when the scheduler gives one). */
@@ -386,6 +386,23 @@ function stopLive() {
   clearInterval(fallbackTimer);
 }
 
+/** The stream is the charts' feed; when the job's step runs well past the newest training point in hand
+ * (a stream that skipped points, a proxy that buffers), the charts are read again over REST. */
+let lastCatchUp = 0;
+function catchUpCharts(j) {
+  if (panel.zoomed || !j.step || Date.now() - lastCatchUp < 30_000) return;
+  let newest = 0;
+  for (const [name, s] of panel.full) {
+    if (name.startsWith("sys/") || !s.xs.length) continue;
+    newest = Math.max(newest, s.xs[s.xs.length - 1]);
+  }
+  const every = Number(j.spec?.log_every) || 10;
+  if (j.step > newest + 10 * every) {
+    lastCatchUp = Date.now();
+    panel.loadFull().catch(() => {});
+  }
+}
+
 function startLive() {
   stream = new EventSource(`/api/jobs/${jobId}/stream`);
   stream.addEventListener("status", (e) => {
@@ -408,7 +425,7 @@ function startLive() {
   });
   // Belt and braces: a slow heartbeat over REST in case a proxy swallows the stream.
   fallbackTimer = setInterval(() => {
-    loadJob().then((j) => { if (TERMINAL.has(j.status)) onEnd(); }).catch(() => {});
+    loadJob().then((j) => { if (TERMINAL.has(j.status)) onEnd(); else catchUpCharts(j); }).catch(() => {});
   }, 10_000);
 }
 
