@@ -1,16 +1,20 @@
 """The service's benchmark: one run, one table.
 
-    .venv/bin/python bench/service.py [--quick]
+    .venv/bin/python bench/service.py [--quick] [--ingest-only] [--baseline DIR] [--rounds N]
 
 1. submit → first optimizer step: POST /jobs to a live API with an idle `rankzero worker`
    (embedded SQLite transport) until rank 0 logs step 1, against a bare `torchrun … -m trainer`
    launch → step 1 with the same spec. Target: service ≤ bare + 1.0 s.
-2. metric ingest: worker/ingest.py writing 200,000 `metric` events into SQLite and PostgreSQL.
-   Target: ≥ 50,000 points/s on PostgreSQL.
+2. metric ingest: worker/ingest.py writing 200,000 `metric` events (20,000 at a time) into SQLite and
+   PostgreSQL, each measurement in a process of its own, then the checks (every point exactly once;
+   the same events again, by a restarted ingester and by a stale one, add nothing). `--baseline DIR`
+   (another checkout, e.g. `git archive <rev> | tar -x -C DIR`) measures its code too, alternating,
+   and prints the ratio: the machine is shared, so compare within one run. Target: ≥ 150,000 points/s
+   on PostgreSQL.
 3. GET /jobs/{id}/metrics on a 1,000,000-point series with max_points=2000, through the real app
    (bench/metrics_query.py, the API's code). Target: ≤ 150 ms.
 
-PostgreSQL: 127.0.0.1:5432, user postgres; a database of its own is created and dropped.
+PostgreSQL: 127.0.0.1:5432, user postgres; a database of its own is created and dropped per measurement.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+# RANKZERO_BENCH_CODE: another checkout's code under this script (the ingest baseline, `--baseline`).
+ROOT = Path(os.environ.get("RANKZERO_BENCH_CODE") or Path(__file__).resolve().parents[1])
 sys.path.insert(0, str(ROOT))
 
 SPEC = {
@@ -149,6 +154,14 @@ def service_launch(settings: Any, client: Any, dispatch: list[float] | None = No
 
 
 def ingest_rate(database_url: str, n: int) -> float:
+    return ingest_measure(database_url, n)["rate"]
+
+
+def ingest_measure(database_url: str, n: int) -> dict[str, Any]:
+    """Points/s of worker/ingest.py writing `n` metric events (20,000 at a time), then the checks:
+    every point stored exactly once, and ingesting the same events again adds nothing — by a fresh
+    ingester (a restarted worker: it starts from the row's ingested_seq) and by one that believes
+    nothing was ingested yet (a racing or stale ingester: only the (job, seq) key stops it)."""
     from sqlalchemy import text
 
     from core.db import get_engine
@@ -182,10 +195,66 @@ def ingest_rate(database_url: str, n: int) -> float:
     for start in range(0, n, 20_000):  # as the supervisor sees them: a burst at a time
         ingestor.ingest(events[start : start + 20_000])
     took = time.perf_counter() - t
-    with engine.connect() as conn:
-        stored = conn.execute(text("SELECT count(*) FROM metric_points WHERE job_id = :j"), {"j": job_id}).scalar()
-    assert stored == n, f"{stored} of {n} points stored"
-    return n / took
+
+    def stored() -> tuple[int, int]:
+        with engine.connect() as conn:
+            return tuple(  # type: ignore[return-value]
+                conn.execute(
+                    text("SELECT count(*), count(DISTINCT seq) FROM metric_points WHERE job_id = :j"), {"j": job_id}
+                ).one()
+            )
+
+    first = stored()
+    again = sum(Ingestor(engine, job_id).ingest(events[s : s + 20_000]) for s in range(0, n, 20_000))
+    stale = Ingestor(engine, job_id)
+    stale.ingested_seq, stale.max_step = -1, {}
+    stale.ingest(events[:20_000])  # it counts them as its own (it cannot know better); the table must not
+    ok = first == (n, n) and stored() == (n, n) and again == 0
+    return {"rate": n / took, "exactly_once": ok, "stored": first}
+
+
+def ingest_child(repo: str, database_url: str, n: int) -> dict[str, Any]:
+    """`ingest_measure` run by `repo`'s code, in a process of its own."""
+    env = {**os.environ, "RANKZERO_BENCH_CODE": repo, "PYTHONPATH": repo}
+    out = subprocess.run(
+        [sys.executable, __file__, "--ingest-child", database_url, str(n)],
+        env=env,
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def ingest_rows(tmp: Path, n: int, rounds: int, baseline: str | None) -> list[tuple[str, str, str, str, str]]:
+    """Ingest into SQLite and PostgreSQL by this code (and by `baseline`'s, alternating): one row each."""
+    codes = [("this", str(ROOT))] + ([("baseline", baseline)] if baseline else [])
+    rows = []
+    for store in ("SQLite", "PostgreSQL"):
+        got: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in codes}
+        for r in range(rounds):
+            for label, repo in codes if r % 2 == 0 else codes[::-1]:
+                if store == "SQLite":
+                    got[label].append(ingest_child(repo, f"sqlite:///{tmp / f'ingest-{label}-{r}.db'}", n))
+                    continue
+                with pg_database() as url:
+                    if url:
+                        got[label].append(ingest_child(repo, url, n))
+        if not got["this"]:
+            continue
+        rate = statistics.median(m["rate"] for m in got["this"])
+        runs = ", ".join(f"{m['rate'] / 1000:.0f}k" for m in got["this"])
+        once = all(m["exactly_once"] for m in got["this"])
+        result = f"{rate:,.0f} points/s (runs: {runs}); exactly once: {'yes' if once else 'NO'}"
+        if baseline and got["baseline"]:
+            base = statistics.median(m["rate"] for m in got["baseline"])
+            result += f"; baseline {base:,.0f} points/s, ×{rate / base:.2f}"
+        target, verdict = ("", "")
+        if store == "PostgreSQL":
+            target, verdict = "≥ 150,000 points/s", "pass" if rate >= 150_000 and once else "FAIL"
+        rows.append(("metric ingest", store, result, target, verdict))
+    return rows
 
 
 @contextmanager
@@ -211,83 +280,78 @@ def pg_database():
             c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def launch_rows(tmp: Path, repeats: int) -> list[tuple[str, str, str, str, str]]:
+    """Submit → first step through the service against a bare torchrun launch, interleaved."""
+    bares: list[float] = []
+    svcs: list[float] = []
+    dispatch: list[float] = []
+    with live_service(tmp / "svc") as (settings, client):
+        bare_launch(tmp, 99)  # warm-up: page cache for torch, first rendezvous
+        service_launch(settings, client)
+        for i in range(repeats):
+            bares.append(bare_launch(tmp, i))
+            svcs.append(service_launch(settings, client, dispatch))
+    bare, svc = statistics.median(bares), statistics.median(svcs)
+    share = statistics.median(dispatch)
+    return [
+        ("launch → first optimizer step, bare torchrun", "-",
+         f"{bare:.2f} s (runs: {', '.join(f'{b:.1f}' for b in bares)})", "", ""),
+        ("submit → torchrun started (the service's own share)", "SQLite + embedded broker",
+         f"{share:.2f} s (max {max(dispatch):.2f})", "≤ 1.0 s", "pass" if share <= 1.0 else "FAIL"),
+        ("submit → first optimizer step, service", "SQLite + embedded broker",
+         f"{svc:.2f} s (runs: {', '.join(f'{v:.1f}' for v in svcs)})", f"≤ bare + 1.0 s ({bare + 1.0:.2f} s)",
+         "pass" if svc <= bare + 1.0 else "FAIL"),
+    ]  # fmt: skip
+
+
+def query_rows(tmp: Path) -> list[tuple[str, str, str, str, str]]:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from metrics_query import measure
+
+    rows = []
+    targets = [("SQLite", f"sqlite:///{tmp / 'query.db'}")]
+    with pg_database() as url:
+        if url:
+            targets.append(("PostgreSQL", url))
+        for label, db in targets:
+            m = measure(db)
+            rows.append(
+                (
+                    "GET metrics, 1,000,000 points, max_points=2000",
+                    label,
+                    f"{m['query_ms_median']:.0f} ms (max {m['query_ms_max']:.0f})",
+                    "≤ 150 ms",
+                    "pass" if m["query_ms_median"] <= 150 else "FAIL",
+                )
+            )
+    return rows
+
+
 def main(argv: list[str]) -> None:
-    quick = "--quick" in argv
-    repeats = 1 if quick else 5
-    n_ingest = 50_000 if quick else 200_000
+    import argparse
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="one repetition, 50,000 points")
+    p.add_argument("--ingest-only", action="store_true", help="only the metric ingest rows")
+    p.add_argument("--baseline", help="another checkout (e.g. `git archive <rev> | tar -x -C DIR`): its ingest too")
+    p.add_argument("--rounds", type=int, default=None, help="ingest measurements per code and store (default 3)")
+    p.add_argument("--ingest-child", nargs=2, metavar=("URL", "N"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.ingest_child:
+        print(json.dumps(ingest_measure(args.ingest_child[0], int(args.ingest_child[1]))))
+        return
+    repeats = 1 if args.quick else 5
+    n_ingest = 50_000 if args.quick else 200_000
+    rounds = args.rounds or (1 if args.quick else 3)
+    baseline = str(Path(args.baseline).resolve()) if args.baseline else None
     rows: list[tuple[str, str, str, str, str]] = []
     with tempfile.TemporaryDirectory(prefix="rankzero-bench-") as tmpdir:
         tmp = Path(tmpdir)
-        # Interleaved, so both sides see the same machine load (CI boxes are shared).
-        bares: list[float] = []
-        svcs: list[float] = []
-        dispatch: list[float] = []
-        with live_service(tmp / "svc") as (settings, client):
-            bare_launch(tmp, 99)  # warm-up: page cache for torch, first rendezvous
-            service_launch(settings, client)
-            for i in range(repeats):
-                bares.append(bare_launch(tmp, i))
-                svcs.append(service_launch(settings, client, dispatch))
-        bare, svc = statistics.median(bares), statistics.median(svcs)
-        rows.append(
-            (
-                "launch → first optimizer step, bare torchrun",
-                "-",
-                f"{bare:.2f} s (runs: {', '.join(f'{b:.1f}' for b in bares)})",
-                "",
-                "",
-            )
-        )
-        rows.append(
-            (
-                "submit → torchrun started (the service's own share)",
-                "SQLite + embedded broker",
-                f"{statistics.median(dispatch):.2f} s (max {max(dispatch):.2f})",
-                "≤ 1.0 s",
-                "pass" if statistics.median(dispatch) <= 1.0 else "FAIL",
-            )
-        )
-        rows.append(
-            (
-                "submit → first optimizer step, service",
-                "SQLite + embedded broker",
-                f"{svc:.2f} s (runs: {', '.join(f'{v:.1f}' for v in svcs)})",
-                f"≤ bare + 1.0 s ({bare + 1.0:.2f} s)",
-                "pass" if svc <= bare + 1.0 else "FAIL",
-            )
-        )
-        rate = ingest_rate(f"sqlite:///{tmp / 'ingest.db'}", n_ingest)
-        rows.append(("metric ingest", "SQLite", f"{rate:,.0f} points/s", "", ""))
-        with pg_database() as url:
-            if url:
-                rate = ingest_rate(url, n_ingest)
-                rows.append(
-                    (
-                        "metric ingest",
-                        "PostgreSQL",
-                        f"{rate:,.0f} points/s",
-                        "≥ 50,000 points/s",
-                        "pass" if rate >= 50_000 else "FAIL",
-                    )
-                )
-        sys.path.insert(0, str(ROOT / "bench"))
-        from metrics_query import measure
-
-        targets = [("SQLite", f"sqlite:///{tmp / 'query.db'}")]
-        with pg_database() as url:
-            if url:
-                targets.append(("PostgreSQL", url))
-            for label, db in targets:
-                m = measure(db)
-                rows.append(
-                    (
-                        "GET metrics, 1,000,000 points, max_points=2000",
-                        label,
-                        f"{m['query_ms_median']:.0f} ms (max {m['query_ms_max']:.0f})",
-                        "≤ 150 ms",
-                        "pass" if m["query_ms_median"] <= 150 else "FAIL",
-                    )
-                )
+        if not args.ingest_only:
+            rows += launch_rows(tmp, repeats)
+        rows += ingest_rows(tmp, n_ingest, rounds, baseline)
+        if not args.ingest_only:
+            rows += query_rows(tmp)
     print()
     print("| measure | store | result | target | |")
     print("|---|---|---|---|---|")
