@@ -185,3 +185,16 @@ class Host(SQLModel, table=True):
     draining: bool = False
     registered_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
     heartbeat_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+
+class SchedulerLease(SQLModel, table=True):
+    """Who schedules (one row): a lease the active scheduler renews every pass (worker/scheduler.py).
+
+    A lease, not a held lock: a leader that is frozen (SIGSTOP, a stuck disk) or partitioned keeps a
+    lock forever, but stops renewing, so another worker takes over once `renewed_at` is stale."""
+
+    __tablename__ = "scheduler_lease"
+
+    id: int = Field(default=1, primary_key=True)
+    holder: str = Field(max_length=200)  # "pid=<pid> host=<host> <random>": one candidate thread
+    renewed_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))

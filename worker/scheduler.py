@@ -1,126 +1,126 @@
 """The scheduler: exactly one active in the whole service, placing queued jobs on hosts.
 
-Every worker runs a candidate thread; the one that holds the leader lock (a PostgreSQL session
-advisory lock; with SQLite, whose workers share one machine, a flock beside the database file)
-runs a pass every `scheduler_poll_s`:
+Every worker runs a candidate thread; the one that holds the lease (table `scheduler_lease`,
+renewed every pass, taken over once stale: `Leadership`) runs a pass every `scheduler_poll_s`, or at
+once when woken (core/wake.py):
 
   read hosts (alive = fresh heartbeat) and jobs → core/placement.py `plan` → write each placement
   (a conditional UPDATE of a still-queued, unplaced row) → send each node its message on its host's
   Celery queue → write pending reasons that changed → ask preemption victims to step back.
 
 The database row stays the truth: a placement whose message cannot be sent is taken back, a placed
-job whose host dies before starting it is placed again, and a leader that dies releases its lock
-(the connection or the process goes), so another worker's candidate takes over within a pass.
+job whose host dies before starting it is placed again, and a leader that dies, freezes or is cut
+off stops renewing its lease, so another worker's candidate takes over within `lease_s`.
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import threading
-import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from pathlib import Path
-from typing import IO, Any
+from datetime import datetime, timedelta, timezone
+from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import insert, or_, select, update
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
 from core import hosts, jobs, placement, queue, wake
-from core.db import get_engine
+from core.db import db_now, get_engine, now_sql
 from core.settings import Settings
-from core.tables import Job, JobStatus
+from core.tables import Job, JobStatus, SchedulerLease
 from trainer.spec import JobSpec
 
 log = logging.getLogger("rankzero.scheduler")
 S = JobStatus
-LEADER_LOCK_KEY = 0x72616E73  # 'rans' ('rank' is core/migrate.py's): the advisory lock id candidates compete for
 HOLDING = (S.queued, S.starting, S.running, S.cancelling)
 
 
 class Leadership:
-    """Who schedules: PostgreSQL's session advisory lock, held on a connection of our own (it is released
-    when that connection or this process dies); elsewhere a flock on a file beside the database."""
+    """Who schedules: a lease in the database (table `scheduler_lease`, one row) that the leader renews
+    every pass and another candidate takes once it is `lease_s` stale, by the database's clock. Unlike
+    a held lock, a frozen or cut-off leader loses it; when it wakes, its next renewal fails and it
+    stops. On PostgreSQL the leader also LISTENs on a connection of its own (core/wake.py)."""
 
     def __init__(self, settings: Settings, waiter: wake.Waiter | None = None) -> None:
         self.settings = settings
         self.url = settings.resolved_database_url
         self.waiter = waiter
-        self._conn: Connection | None = None
-        self._file: IO[str] | None = None
+        self.me = f"pid={os.getpid()} host={settings.resolved_host_name} {uuid.uuid4().hex[:8]}"
+        self.held = False
+        self._listen: Connection | None = None
 
     @property
-    def held(self) -> bool:
-        return self._conn is not None or self._file is not None
+    def lease_s(self) -> float:
+        """How stale a lease may get before another candidate takes it: a few of the leader's passes."""
+        return max(10.0, 4 * self.settings.scheduler_poll_s)
 
     def hold(self) -> bool:
-        """Keep (or try to take) the lock; False: another candidate is the scheduler."""
-        if self.url.startswith("postgresql"):
-            return self._hold_advisory()
-        return self._hold_file()
-
-    def _hold_advisory(self) -> bool:
-        if self._conn is not None:
-            try:
-                self._conn.execute(text("SELECT 1"))
-                return True
-            except Exception:  # the connection died: so did the lock
-                self.release()
-                return False
-        conn = get_engine(self.url).connect().execution_options(isolation_level="AUTOCOMMIT")
-        try:
-            won = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": LEADER_LOCK_KEY}).scalar())
-            if won:  # say who leads, for operators (pg_stat_activity) and tests
-                name = f"rankzero-scheduler pid={os.getpid()} host={self.settings.resolved_host_name}"
-                conn.execute(text("SELECT set_config('application_name', :n, false)"), {"n": name[:63]})
-                log.warning("this worker is now the active scheduler (%s)", name)
-            if won and self.waiter is not None:
-                self.waiter.listen_on(conn.connection.driver_connection)
-        except Exception:
-            conn.close()
-            raise
-        if won:
-            self._conn = conn
-        else:
-            conn.close()
+        """Renew (or try to take) the lease; False: another candidate is the scheduler."""
+        engine = get_engine(self.url)
+        cutoff = db_now(engine) - timedelta(seconds=self.lease_s)
+        mine_or_stale = or_(SchedulerLease.holder == self.me, SchedulerLease.renewed_at < cutoff)
+        with engine.begin() as conn:
+            renewed = conn.execute(
+                update(SchedulerLease)
+                .where(SchedulerLease.id == 1, mine_or_stale)
+                .values(holder=self.me, renewed_at=now_sql(conn))
+            ).rowcount
+        won = renewed == 1 or self._first(engine)
+        if won != self.held:
+            self._changed(won)
         return won
 
-    def _lock_path(self) -> Path:
-        if self.url.startswith("sqlite:///"):
-            return Path(self.url.removeprefix("sqlite:///") + ".scheduler.lock")
-        return self.settings.resolved_runs_dir / ".scheduler.lock"
-
-    def _hold_file(self) -> bool:
-        if self._file is not None:
-            return True
-        path = self._lock_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(path, "a")  # noqa: SIM115 (the open file is the lock, held while we lead)
+    def _first(self, engine: Engine) -> bool:
+        """No lease row yet (a new database): the first candidate to insert it leads."""
         try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.close()
+            with engine.begin() as conn:
+                if conn.execute(select(SchedulerLease.id)).first() is not None:
+                    return False
+                conn.execute(insert(SchedulerLease).values(id=1, holder=self.me, renewed_at=now_sql(conn)))
+            return True
+        except IntegrityError:
             return False
-        self._file = fh
-        log.warning("this worker is now the active scheduler (pid %s, lock %s)", os.getpid(), path)
-        return True
 
-    def release(self) -> None:
+    def _changed(self, won: bool) -> None:
+        self.held = won
+        if won:
+            log.warning("this worker is now the active scheduler (%s)", self.me)
+            if self.waiter is not None and self.url.startswith("postgresql"):
+                self._listen = get_engine(self.url).connect().execution_options(isolation_level="AUTOCOMMIT")
+                self.waiter.listen_on(self._listen.connection.driver_connection)
+        else:
+            log.warning("this worker is no longer the active scheduler (its lease was taken)")
+            self._drop_listen()
+
+    def _drop_listen(self) -> None:
         if self.waiter is not None:
             self.waiter.forget()
-        if self._conn is not None:
+        if self._listen is not None:
             try:
-                self._conn.close()
+                self._listen.close()
             except Exception:  # already broken
-                log.debug("closing the leader connection failed", exc_info=True)
-            self._conn = None
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+                log.debug("closing the LISTEN connection failed", exc_info=True)
+            self._listen = None
+
+    def release(self) -> None:
+        """Step down (a graceful stop, or an error): let another candidate take over at its next try."""
+        self._drop_listen()
+        if not self.held:
+            return
+        self.held = False
+        try:
+            with get_engine(self.url).begin() as conn:
+                conn.execute(
+                    update(SchedulerLease)
+                    .where(SchedulerLease.id == 1, SchedulerLease.holder == self.me)
+                    .values(renewed_at=datetime(2000, 1, 1, tzinfo=timezone.utc))
+                )
+        except Exception:  # the database is down: the lease goes stale by itself
+            log.debug("could not release the scheduler lease", exc_info=True)
 
 
 @dataclass
@@ -269,17 +269,3 @@ def start_scheduler_thread(settings: Settings, stop: threading.Event) -> threadi
     thread = threading.Thread(target=loop, name="rankzero-scheduler", daemon=True)
     thread.start()
     return thread
-
-
-def wait_leader_free(settings: Settings, timeout_s: float) -> bool:
-    """For tests and tools: True once this process could take the lock (nobody else schedules)."""
-    leadership = Leadership(settings)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            if leadership.hold():
-                return True
-            time.sleep(0.2)
-        return False
-    finally:
-        leadership.release()

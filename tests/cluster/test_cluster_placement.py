@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from typing import Any
 
 import pytest
@@ -115,30 +116,27 @@ def test_a_job_no_host_could_ever_fit_is_refused_from_the_host_table(service, wo
 def test_exactly_one_scheduler_is_active_and_it_moves_when_its_worker_dies(service, workers, start_host, pg_url):
     from sqlalchemy import create_engine, text
 
-    from worker.scheduler import LEADER_LOCK_KEY
-
     settings, client = service(database_url=pg_url)
-    procs = {start_host(settings, "host-a", 1).pid: "a", start_host(settings, "host-b", 1).pid: "b"}
+    procs = {start_host(settings, "host-a", 1).pid, start_host(settings, "host-b", 1).pid}
     engine = create_engine(pg_url)
-    query = text(
-        "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-        "WHERE l.locktype = 'advisory' AND l.objid = :k AND l.granted"
-    )
 
-    def leaders() -> list[int]:
+    def leader() -> int | None:
+        """The pid in the scheduler's lease, while it is fresh (renewed within its 10 s)."""
         with engine.connect() as conn:
-            names = [row[0] for row in conn.execute(query, {"k": LEADER_LOCK_KEY})]
-        return [int(n.split("pid=")[1].split()[0]) for n in names if "pid=" in n]
+            row = conn.execute(text("SELECT holder, now() - renewed_at < interval '10 seconds' FROM scheduler_lease"))
+            found = row.first()
+        return int(found[0].split("pid=")[1].split()[0]) if found and found[1] else None
 
-    first = wait(leaders, 30, "a scheduler to take the lock")
-    assert len(first) == 1 and first[0] in procs, (first, procs)
+    first = wait(leader, 30, "a scheduler to take the lease")
+    assert first in procs, (first, procs)
     job = client.submit(slow_spec("scheduled", step_s=0.01, max_steps=3, every=3, nproc=1))
     assert client.wait_terminal(job["id"], 90)["status"] == "succeeded"
-    leader = next(p for p in workers.procs if p.pid == first[0])
-    workers.stop(leader)  # SIGKILL the leading worker: its connection, and so its lock, go with it
-    moved = wait(lambda: [p for p in leaders() if p != first[0]], 30, "the other worker to take over")
-    assert len(moved) == 1 and moved[0] in procs, moved
-    assert len(leaders()) == 1
+    for _ in range(5):  # the other candidate never takes a lease that is renewed
+        assert leader() == first
+        time.sleep(0.5)
+    workers.stop(next(p for p in workers.procs if p.pid == first))  # SIGKILL the leading worker
+    moved = wait(lambda: (pid := leader()) not in (None, first) and pid, 40, "the other worker to take over")
+    assert moved in procs, moved
     job = client.submit(slow_spec("after", step_s=0.01, max_steps=3, every=3, nproc=1))
     assert client.wait_terminal(job["id"], 90)["status"] == "succeeded"
     engine.dispose()
