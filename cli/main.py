@@ -172,6 +172,30 @@ def worker(
     run_worker(_settings(), concurrency, pool, loglevel)
 
 
+@app.command()
+def scheduler() -> None:
+    """Run only a scheduler candidate (every worker runs one too; one of all of them leads at a time)."""
+    import logging
+    import signal
+    import threading
+
+    from core.migrate import upgrade
+    from worker.scheduler import start_scheduler_thread
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings = _settings()
+    upgrade(settings.resolved_database_url)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    thread = start_scheduler_thread(settings, stop)
+    try:
+        while thread.is_alive():
+            thread.join(1.0)
+    except KeyboardInterrupt:
+        stop.set()
+        thread.join(10)
+
+
 # --- talking to it ---------------------------------------------------------------------------
 
 

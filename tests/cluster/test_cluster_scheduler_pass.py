@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -107,3 +108,30 @@ def test_a_placed_job_whose_host_died_before_starting_it_is_placed_again(api_set
     schedule_once(settings)  # and places it on the live host
     row = _row(database_url, job_id)
     assert row.placement_id not in (None, first) and row.placement["nodes"][0]["host"] == "host-b"
+
+
+def test_rankzero_scheduler_runs_a_candidate_on_its_own(api_settings, tmp_path) -> None:
+    import signal
+    import subprocess
+
+    from tests.support.commands import RANKZERO, ROOT
+    from tests.support.jobs import wait
+    from tests.support.settings import settings_env
+
+    settings = api_settings(scheduler_poll_s=0.2)
+    url = settings.resolved_database_url
+    upgrade(url)
+    _host(url, "host-a", 2)
+    job_id = _submit(url, nproc=2)
+    with open(tmp_path / "scheduler.log", "wb") as log:
+        proc = subprocess.Popen([RANKZERO, "scheduler"], cwd=ROOT, env=settings_env(settings), stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    try:
+        placed = wait(lambda: _row(url, job_id).placement, 60, "the job placed by `rankzero scheduler`")
+        assert placed["nodes"][0]["host"] == "host-a"
+        assert "now the active scheduler" in (tmp_path / "scheduler.log").read_text()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
