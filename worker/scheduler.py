@@ -150,7 +150,8 @@ def _usage(job_id: int, priority: int, spec: JobSpec | None, placed: dict[str, A
 
 def _read(engine: Engine, settings: Settings) -> _State:
     state = _State(host_rows=hosts.read_all(engine, settings.resolved_stale_after_s))
-    alive = {h.name for h in state.host_rows if h.alive}
+    # A draining host takes no new message: a job placed there but not started goes elsewhere.
+    alive = {h.name for h in state.host_rows if h.alive and not h.draining}
     with Session(engine) as s:
         rows = s.execute(
             select(
