@@ -86,7 +86,7 @@ function renderPlacement(j) {
   const parts = [`${live ? "Running" : "Ran"} on ${hosts.join(", ")}`];
   const wanted = j.spec?.nproc;
   if (p.nproc && wanted && p.nproc < wanted) {
-    parts.push(`on ${p.nproc} of ${wanted} ranks${p.accumulation_steps ? ` (accumulation ×${p.accumulation_steps})` : ""}: the same global batch, fewer processes`);
+    parts.push(`· on ${p.nproc} of ${wanted} ranks${p.accumulation_steps ? ` (accumulation ×${p.accumulation_steps})` : ""}: the same global batch, fewer processes`);
   }
   const gpus = p.nodes.flatMap((n) => (n.gpus || []).map((g) => `${n.host}:${g}`));
   el.hidden = false;
@@ -173,13 +173,13 @@ function renderOutcome() {
   setText($("#outcome-h"), terminal ? "Result" : "Best so far");
   const items = rows.map((r) => h("div", { class: "outcome-item", dataset: { metric: r.name } },
     h("dt", {}, r.name),
-    h("dd", {}, h("span", { class: "outcome-final" }, fmtValue(r.final)), h("span", { class: "muted" }, ` final, step ${fmtInt(r.finalStep)}`)),
+    h("dd", {}, h("span", { class: "outcome-final" }, fmtValue(r.final)), h("span", { class: "muted" }, ` ${terminal ? "final" : "latest"}, step ${fmtInt(r.finalStep)}`)),
     h("dd", { class: "outcome-best" }, `best ${fmtValue(r.best)} at step ${fmtInt(r.bestStep)}${r.higher ? " (max)" : " (min)"}`)));
   const train = panel.full.get("train/loss");
   if (train?.xs.length || job.latest_loss !== null) {
     const last = train?.xs.length ? train.ys[train.ys.length - 1] : job.latest_loss;
     items.push(h("div", { class: "outcome-item", dataset: { metric: "train/loss" } },
-      h("dt", {}, "train/loss"), h("dd", {}, h("span", { class: "outcome-final" }, fmtValue(job.latest_loss ?? last)), h("span", { class: "muted" }, " final"))));
+      h("dt", {}, "train/loss"), h("dd", {}, h("span", { class: "outcome-final" }, fmtValue(job.latest_loss ?? last)), h("span", { class: "muted" }, terminal ? " final" : " latest"))));
   }
   $("#job-outcome-values").replaceChildren(...items);
 }
