@@ -56,6 +56,19 @@ def test_compare_runs_picked_from_a_list(new_page, web_service, compare_jobs, si
     assert {"batch_size", "optimizer.lr", "max_steps"} <= set(params), params
     assert "model.name" not in params and "optimizer.name" not in params
 
+    # A drag-zoom re-reads each run's points in the visible range.
+    over = page.locator("#compare-chart .u-over")
+    over.scroll_into_view_if_needed()
+    box = over.bounding_box()
+    with page.expect_response(lambda r: "/metrics" in r.url and "start_step" in r.url):
+        page.mouse.move(box["x"] + box["width"] * 0.2, box["y"] + 30)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] * 0.4, box["y"] + 30, steps=4)
+        page.mouse.up()
+    page.wait_for_selector("#compare-chart[data-zoomed]")
+    page.locator("#compare-chart .u-over").dblclick()
+    page.wait_for_function("() => !document.querySelector('#compare-chart').dataset.zoomed")
+
     # Any metric they logged; x by samples seen (step × global batch) so the batch sizes line up.
     page.wait_for_function(
         "() => [...document.querySelectorAll('#compare-metric option')].some(o => o.value === 'val/loss')"

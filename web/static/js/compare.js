@@ -134,20 +134,36 @@ function rank(name) {
 
 // ---- the x axis -------------------------------------------------------------------------------
 
-/** Maps a run's steps to the chosen x; null when this run cannot say (no epoch or start time known). */
-function xMapper(job, xs) {
-  if (state.x === "step") return (s) => s;
-  if (state.x === "samples") return job.global_batch_size ? (s) => s * job.global_batch_size : null;
-  if (state.x === "epoch") {
-    const perEpoch = job.epoch > 0 && job.step > 0 ? job.step / job.epoch : null;
-    return perEpoch ? (s) => s / perEpoch : null;
-  }
+/** x per step for a run on the chosen axis (every axis is step × a run's own factor); null when this run
+ * cannot say (no epoch or start time known). */
+function xFactor(job, xs) {
+  if (state.x === "step") return 1;
+  if (state.x === "samples") return job.global_batch_size || null;
+  if (state.x === "epoch") return job.epoch > 0 && job.step > 0 ? job.epoch / job.step : null;
   const start = parseTime(job.started_at);
   const end = parseTime(job.finished_at) ?? Date.now();
   const last = job.step || xs[xs.length - 1];
   if (start === null || !last) return null;
-  const perStep = (end - start) / 1000 / last;
-  return (s) => s * perStep;
+  return (end - start) / 1000 / last;
+}
+
+let drawnRuns = []; // [{id, factor}] in the chart's series order
+let fullTables = [];
+let zoomGeneration = 0;
+
+/** A drag-zoom re-reads each run's points in the visible range (its steps = x ÷ its factor), in detail. */
+async function zoomFetch(min, max) {
+  const mine = ++zoomGeneration;
+  const tables = await Promise.all(drawnRuns.map(async ({ id, factor }) => {
+    if (!factor) return { xs: [], ys: [] };
+    const start = Math.max(0, Math.floor(min / factor));
+    const end = Math.max(start, Math.ceil(max / factor));
+    const body = await api(`/jobs/${id}/metrics`, { query: { name: state.metric, max_points: MAX_POINTS, start_step: start, end_step: end } });
+    const s = (body.series || []).find((x) => x.name === state.metric);
+    return s ? { xs: s.points.map((p) => p.step * factor), ys: s.points.map((p) => p.value) } : { xs: [], ys: [] };
+  })).catch(() => null);
+  if (!tables || mine !== zoomGeneration || !chart?.zoomed) return;
+  chart.setTables(tables, { keepZoom: true });
 }
 
 const X_NOTES = {
@@ -181,15 +197,17 @@ async function show() {
   const noX = [];
   const tables = [];
   const series = [];
+  const runFactors = [];
   ok.forEach((id) => {
     const run = runs.get(id);
     const s = run.series.get(state.metric);
     const style = seriesStyle(state.ids.indexOf(id));
     series.push({ label: `${run.job.name} #${id}`, ...style, sparse: (s?.total || 0) < 200 });
-    if (!s || !s.xs.length) { tables.push({ xs: [], ys: [] }); return; }
-    const map = xMapper(run.job, s.xs);
-    if (!map) { noX.push(id); tables.push({ xs: [], ys: [] }); return; }
-    tables.push({ xs: s.xs.map(map), ys: s.ys });
+    if (!s || !s.xs.length) { tables.push({ xs: [], ys: [] }); runFactors.push({ id, factor: null }); return; }
+    const factor = xFactor(run.job, s.xs);
+    runFactors.push({ id, factor });
+    if (!factor) { noX.push(id); tables.push({ xs: [], ys: [] }); return; }
+    tables.push({ xs: s.xs.map((x) => x * factor), ys: s.ys });
   });
   const notes = [];
   if (missing.length) notes.push(`Could not load ${missing.map((i) => `#${i}`).join(", ")}.`);
@@ -206,6 +224,9 @@ async function show() {
     message(ok.length ? `None of the picked runs logged ${state.metric}. ${notes.join(" ")}` : notes.join(" "), "alert-info");
   } else {
     message(notes.join(" "), notes.length ? "alert-info" : "");
+    drawnRuns = runFactors;
+    fullTables = tables;
+    zoomGeneration += 1;
     drawChart(series, tables);
   }
   setText($("#compare-x-note"), drawn ? X_NOTES[state.x] : "");
@@ -218,7 +239,7 @@ function drawChart(series, tables) {
   figure.hidden = false;
   const key = `${state.metric}|${state.x}|${series.map((s) => s.label + s.stroke).join()}`;
   setText($("#compare-chart-title"), `${state.metric} by ${X_FORMATS[state.x].label}`);
-  if (chart && chart.key === key) { chart.setTables(tables); return; }
+  if (chart && chart.key === key) { chart.zoomed = null; delete figure.dataset.zoomed; chart.setTables(tables); return; }
   if (chart) chart.destroy();
   delete figure.dataset.firstDrawMs;
   chart = new LineChart(figure, {
@@ -228,8 +249,8 @@ function drawChart(series, tables) {
     height: window.innerWidth < 700 ? 240 : 340,
     smoothing: Number($("#smoothing").value),
     log: $("#log-scale").checked ? true : "auto",
-    onZoom: () => {},
-    onReset: () => { chart.u.setData(chart.u.data, true); },
+    onZoom: (min, max) => { zoomFetch(min, max); },
+    onReset: () => { zoomGeneration += 1; chart.setTables(fullTables); },
     onLog: (on) => { $("#log-scale").checked = on; },
   });
   chart.key = key;
