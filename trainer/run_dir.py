@@ -14,11 +14,21 @@ Torch-free, so the worker and the API can import it.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 CHECKPOINT_NAME = re.compile(r"^step_(\d{8,})\.pt$")
+NODE_DIR = re.compile(r"^node_(\d{1,4})$")
+
+
+def _node_of(relative: Path) -> int:
+    """The node whose torchrun wrote a log (0 unless the path goes through `node_<r>/`)."""
+    for part in relative.parts:
+        if m := NODE_DIR.match(part):
+            return int(m.group(1))
+    return 0
 
 
 def job_run_dir(runs_dir: Path, job_id: int) -> Path:
@@ -71,13 +81,29 @@ class RunDir:
         """torchrun's --log-dir for one attempt."""
         return self.logs / f"attempt_{attempt}"
 
-    def rank_log(self, rank: int, stream: str = "stderr", attempt: int | None = None) -> Path | None:
-        """The newest `<rank>/<stream>.log` torchrun wrote (it nests them under a run id and restart)."""
+    def rank_logs(self, stream: str = "stderr", attempt: int | None = None) -> dict[int, Path]:
+        """Global rank → the newest `<local rank>/<stream>.log` torchrun wrote for it (it nests them under
+        a run id and restart). Node r > 0 of a multi-node job logs under `node_<r>/` (worker/launch.py):
+        its local rank l is global rank r × nproc + l, nproc being the ranks per node of spec.json."""
         if stream not in ("stdout", "stderr"):
             raise ValueError("stream must be 'stdout' or 'stderr'")
         base = self.attempt_logs(attempt) if attempt is not None else self.logs
-        found = sorted(base.glob(f"**/{int(rank)}/{stream}.log"), key=lambda p: p.stat().st_mtime)
-        return found[-1] if found else None
+        per_node = self._ranks_per_node()
+        found: dict[int, Path] = {}
+        for path in sorted(base.glob(f"**/{stream}.log"), key=lambda p: p.stat().st_mtime):  # newest wins
+            if path.parent.name.isdigit():
+                found[_node_of(path.relative_to(base)) * per_node + int(path.parent.name)] = path
+        return found
+
+    def rank_log(self, rank: int, stream: str = "stderr", attempt: int | None = None) -> Path | None:
+        """The newest log of global rank `rank` (see `rank_logs`)."""
+        return self.rank_logs(stream, attempt).get(int(rank))
+
+    def _ranks_per_node(self) -> int:
+        try:
+            return max(1, int(json.loads(self.spec.read_text()).get("nproc", 1)))
+        except (OSError, ValueError, TypeError, AttributeError):
+            return 1
 
     def error_files(self, attempt: int | None = None) -> list[Path]:
         """torchrun's per-rank error files (written by @record), newest last."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -16,14 +15,14 @@ from trainer.run_dir import RunDir
 
 router = APIRouter(tags=["logs"])
 MAX_CHUNK_BYTES = 256 * 1024
-_RANK_DIR = re.compile(r"^\d{1,4}$")
 
 
 def _ranks(run: RunDir, stream: str, attempt: int | None) -> list[int]:
+    """Global ranks with a log (a multi-node job's other nodes too: trainer/run_dir.py `rank_logs`)."""
     base = run.attempt_logs(attempt) if attempt is not None else run.logs
     if not base.is_dir():
         return []
-    return sorted({int(p.parent.name) for p in base.glob(f"**/{stream}.log") if _RANK_DIR.match(p.parent.name)})
+    return sorted(run.rank_logs(stream, attempt))
 
 
 def _run_of(job_id: int, session, settings) -> RunDir:

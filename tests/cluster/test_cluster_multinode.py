@@ -41,6 +41,25 @@ def test_two_node_job_runs_on_both_hosts_and_matches_one_node(service, workers, 
     assert_same_weights(_final(settings, job["id"]), reference)
     started = [e for e in events(run_dir(settings, job["id"])) if e["type"] == "started"]
     assert started and started[0]["world_size"] == 2
+    # Both nodes' rank logs reach the API, by global rank (node 1's local rank 0 is rank 1).
+    logs = client.http.get(f"/jobs/{job['id']}/logs", params={"stream": "stderr"}).json()
+    assert logs["ranks"] == [0, 1], logs
+
+
+def test_rank_logs_of_every_node_are_named_by_global_rank(tmp_path) -> None:
+    import json
+
+    from trainer.run_dir import RunDir
+
+    run = RunDir(tmp_path)
+    run.spec.write_text(json.dumps({"nproc": 2}))
+    for node, local in ((0, 0), (0, 1), (1, 0), (1, 1)):
+        base = run.attempt_logs(1) / (f"node_{node}" if node else "") / "rankzero-9-1_x" / "attempt_0" / str(local)
+        base.mkdir(parents=True)
+        (base / "stderr.log").write_text(f"node {node} local {local}\n")
+    found = run.rank_logs("stderr", attempt=1)
+    assert sorted(found) == [0, 1, 2, 3]
+    assert found[3].read_text() == "node 1 local 1\n" and run.rank_log(2, attempt=1).read_text() == "node 1 local 0\n"
 
 
 def test_losing_a_host_restarts_every_node_from_the_checkpoint(service, workers, start_host, reference) -> None:
