@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Query, Response, status
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response, status
 from pydantic import BaseModel
 from sqlalchemy import func
 from sqlalchemy.exc import IntegrityError
@@ -96,12 +96,21 @@ def _replay(job: Job, spec: JobSpec, settings: Settings, response: Response) -> 
     return JobPublic.from_row(job)
 
 
-def _read_session(settings: SettingsDep) -> Iterator[Session]:
-    with Session(get_read_engine(settings.resolved_database_url)) as session:
+async def _read_session(request: Request) -> AsyncIterator[Session]:
+    """An autocommit session (core/db.py: no BEGIN / ROLLBACK round trips) for the GET routes dashboards poll.
+
+    Opened and closed on the event loop, as neither does I/O (the connection is taken at the first
+    statement, in the route's thread, and an autocommit connection goes back without a ROLLBACK): a sync
+    dependency would cost two more hops through the thread pool per request, each a wait for the GIL
+    on a busy server."""
+    settings: Settings = request.app.state.settings
+    session = Session(get_read_engine(settings.resolved_database_url))
+    try:
         yield session
+    finally:
+        session.close()
 
 
-# GET routes that dashboards poll: an autocommit session (no BEGIN / ROLLBACK round trips, core/db.py).
 ReadSessionDep = Annotated[Session, Depends(_read_session)]
 
 
