@@ -142,5 +142,45 @@ def test_stream_emits_status_progress_metrics_checkpoint_end(
     assert "checkpoint" in kinds and kinds[-1] == "end"
 
 
+def test_stream_sends_both_seq_spaces_and_resumes_each(live_api, settings: Settings, make_job, auth_headers) -> None:
+    """System samples and TensorBoard scalars (seqs from EXTERNAL_SEQ_BASE) must not hide the trainer's
+    points written after them (their seqs are far lower)."""
+    from core.metric_rollup import EXTERNAL_SEQ_BASE as BASE
+
+    base = live_api(settings)
+    job = make_job(status=JobStatus.running)
+
+    def write(rows: list[tuple[int, str, int]]) -> None:
+        with Session(get_engine(settings.resolved_database_url)) as s:
+            s.execute(insert(MetricPoint), [{"job_id": job.id, "seq": q, "name": n, "step": st, "value": 1.0,
+                                             "time": 0.0} for q, n, st in rows])  # fmt: skip
+            s.commit()
+
+    def read(headers: dict) -> tuple[list[tuple[str, int]], str]:
+        got: list[tuple[str, int]] = []
+        with httpx.stream("GET", f"{base}/api/jobs/{job.id}/stream", headers=headers, timeout=15) as r:
+            lines: list[str] = []
+            for line in r.iter_lines():
+                lines.append(line)
+                if line == "" and any(x.startswith("event: metrics") for x in lines[-4:]):
+                    events = _parse_sse(lines)
+                    got += [(p["name"], p["step"]) for k, d in events if k == "metrics" for p in d]
+                    last_id = [x for x in lines if x.startswith("id: ")][-1].removeprefix("id: ")
+                    if len(got) >= 3:
+                        return got, last_id
+        raise AssertionError(got)
+
+    write([(BASE, "sys/rss_mb_total", 0)])
+    later = [(0, "train/loss", 1), (1, "train/loss", 2), (BASE + 1, "sys/rss_mb_total", 2)]
+    threading.Timer(0.8, write, args=(later,)).start()
+    got, last_id = read(auth_headers)
+    assert sorted(got) == [("sys/rss_mb_total", 2), ("train/loss", 1), ("train/loss", 2)], got
+    assert last_id == f"1:{BASE + 1}"
+    later = [(2, "train/loss", 3), (3, "train/loss", 4), (BASE + 2, "sys/rss_mb_total", 4)]
+    threading.Timer(0.8, write, args=(later,)).start()
+    again, _ = read({**auth_headers, "Last-Event-ID": last_id})  # a reconnect resumes both cursors
+    assert sorted(again) == [("sys/rss_mb_total", 4), ("train/loss", 3), ("train/loss", 4)], again
+
+
 def test_stream_of_unknown_job_is_404(client: TestClient) -> None:
     assert client.get("/api/jobs/31337/stream").status_code == 404
