@@ -179,32 +179,45 @@ def _watch(transport: Any) -> BrokerWatch | None:
     return watch
 
 
-def _adaptive_drain_events(self: Any, connection: Any, timeout: float | None = None) -> None:
-    """kombu's virtual Transport.drain_events, waiting as the block above says instead of a fixed sleep."""
+def _poll(transport: Any, watch: BrokerWatch | None) -> bool:
+    """One poll of the table (armed first: a message put after it wakes the next wait); True: one was delivered."""
     from kombu.transport.virtual.base import Empty
 
+    if watch is not None:
+        watch.arm()
+    try:
+        transport.cycle.get(transport._deliver, timeout=None)
+    except Empty:
+        return False
+    transport._rz_active = time.monotonic()
+    return True
+
+
+def _adaptive_drain_events(self: Any, connection: Any, timeout: float | None = None) -> None:
+    """kombu's virtual Transport.drain_events, waiting as the block above says instead of a fixed sleep.
+
+    When the next poll is due is kept across calls (Celery calls this every 2 s with timeout=2):
+    an idle worker does not poll at each call."""
     watch = _watch(self)
     poll_s = self.polling_interval
     start = time.monotonic()
     while True:
-        if watch is not None:
-            watch.arm()  # before the poll: a message put after it wakes the wait below
-        try:
-            self.cycle.get(self._deliver, timeout=timeout)
-        except Empty:
-            pass
-        else:
-            self._rz_active = time.monotonic()
-            return
-        budget = None if timeout is None else timeout - (time.monotonic() - start)
+        now = time.monotonic()
+        full = _slots_full(self)
+        if watch is None or full or now >= self.__dict__.get("_rz_due", 0.0):
+            if _poll(self, watch):
+                self._rz_due = 0.0  # more may be waiting: the next call polls at once
+                return
+            now = time.monotonic()
+            self._rz_due = now + (poll_s if watch is None or full else idle_interval(now - self._rz_active, poll_s))
+        budget = None if timeout is None else timeout - (now - start)
         if budget is not None and budget <= 0:
             raise TimeoutError  # socket.timeout: what kombu's callers expect
-        now = time.monotonic()
-        if watch is None or _slots_full(self):  # nothing to watch, or no slot to take a message: as kombu does
-            time.sleep(poll_s if budget is None else min(poll_s, budget))
-            continue
-        interval = idle_interval(now - self._rz_active, poll_s)
-        if watch.wait(interval if budget is None else min(interval, budget), min(WATCH_S, poll_s)):
+        wait = self._rz_due - now if budget is None else min(self._rz_due - now, budget)
+        if watch is None or full:  # nothing to watch, or no slot to take a message: sleep as kombu does
+            time.sleep(max(0.0, wait))
+        elif watch.wait(wait, min(WATCH_S, poll_s)):
+            self._rz_due = 0.0  # a write to the broker: poll now, and fast for a while
             self._rz_active = time.monotonic()
 
 
