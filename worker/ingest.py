@@ -210,13 +210,14 @@ def _handler_for(kind: object) -> _Handler:
 
 
 # --- PostgreSQL's bulk path ---------------------------------------------------------------------
-# Measured (bench/service.py, 200,000 points in batches of 20,000, rows/s on the shared 2-core VM):
-# COPY into a temporary table + INSERT … SELECT … ON CONFLICT DO NOTHING (the first version) ≈ 0.6×
-# a COPY straight into metric_points; that COPY with the foreign key checked once per batch instead of
-# once per row ≈ 1.6× it. So: COPY straight in (a batch only holds seqs past the job's ingested_seq,
-# which commits with its points, so none can be there yet — unless another ingester of the same job
-# raced us: then the unique index refuses the COPY and the batch goes the ON CONFLICT way instead), and
-# the foreign key checked once (below) where this role may do that.
+# Measured on the shared 2-core VM (200,000 points in batches of 20,000; machine load varies, so ratios
+# within one run): COPY into a temporary table + INSERT … SELECT … ON CONFLICT DO NOTHING, every row's
+# foreign key checked (the first version) 51k rows/s; a COPY straight into metric_points 85k; that COPY
+# with the foreign key checked once per batch 136k. With the leaner per-event Python path,
+# bench/service.py --baseline: 136k vs 53k points/s (×2.6). So: COPY straight in (a batch only holds
+# seqs past the job's ingested_seq, which commits with its points, so none can be there yet — unless
+# another ingester of the same job raced us: then the unique index refuses the COPY and the batch goes
+# the ON CONFLICT way instead), and the foreign key checked once (below) where this role may do that.
 
 _COPY_POINTS = f"COPY metric_points ({', '.join(POINT_COLUMNS)}) FROM STDIN"
 # True where metric_points' only triggers are its foreign key to jobs (on job_id) and it has no rule:
