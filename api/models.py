@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from datetime import datetime
 from typing import Any
 
@@ -46,7 +48,7 @@ class JobPublic(BaseModel):
 
     @classmethod
     def from_row(cls, job: Job) -> JobPublic:
-        strategy, global_batch = _spec_summary(job.spec)
+        strategy, global_batch = _summary_of(job)
         return cls(
             id=job.id,
             name=job.name,
@@ -86,6 +88,29 @@ def _public_placement(placed: dict[str, Any] | None) -> dict[str, Any] | None:
 def _finite(value: float | None) -> float | None:
     # JSON has no NaN/inf (a diverged loss): show them as null rather than fail the response.
     return value if value is not None and math.isfinite(value) else None
+
+
+_SUMMARIES: OrderedDict[tuple[Any, ...], tuple[str, int]] = OrderedDict()
+_SUMMARIES_MAX = 4096
+_summaries_lock = threading.Lock()
+
+
+def _summary_of(job: Job) -> tuple[str, int]:
+    """`_spec_summary`, remembered per job: a job's spec never changes, and validating it was a quarter of
+    GET /jobs's time (bench/api_latency.py). Keyed by id, creation time and name, so jobs of another
+    database with the same id (tests, several instances in one process) never share an entry."""
+    key = (job.id, str(job.created_at), job.name)
+    with _summaries_lock:
+        found = _SUMMARIES.get(key)
+        if found is not None:
+            _SUMMARIES.move_to_end(key)
+            return found
+    found = _spec_summary(job.spec)
+    with _summaries_lock:
+        _SUMMARIES[key] = found
+        while len(_SUMMARIES) > _SUMMARIES_MAX:
+            _SUMMARIES.popitem(last=False)
+    return found
 
 
 def _spec_summary(spec: dict[str, Any]) -> tuple[str, int]:
