@@ -17,7 +17,6 @@ import time
 from sqlalchemy.engine import Engine
 
 from core import jobs
-from core.capacity import host_gpus
 from core.job_state import LIVE
 from core.settings import Settings
 from core.tables import Job, JobStatus
@@ -58,17 +57,14 @@ def run_follower(engine: Engine, settings: Settings, job_id: int, node_rank: int
     node = job.placement["nodes"][node_rank]
     run = RunDir(job_run_dir(settings.resolved_runs_dir, job_id))
     number = job.attempt
-    lease = None
-    if node.get("gpus"):
-        lease = gpus.lease_exact(
-            settings, [str(g) for g in node["gpus"]], keep_waiting=lambda: _still_live(engine, job_id, number)
-        )
-        if lease is None:
-            return f"job {job_id}: ended while node {node_rank}'s GPUs were being released"
+    try:
+        lease = gpus.lease_node(settings, node, keep_waiting=lambda: _still_live(engine, job_id, number))
+    except gpus.StoppedWaiting:
+        return f"job {job_id}: ended while node {node_rank}'s GPUs were being released"
     try:
         cancel.stop_earlier_attempts(run.root, settings.cancel_grace_s, attempt=number)
         code = bundles.code_dir(spec, settings)
-        cuda = lease.cuda_visible_devices if lease else ("" if host_gpus(settings) else None)
+        cuda = gpus.visible_devices(settings, lease)
         spec_dict = layout.spec_for_ranks(spec.model_dump(mode="json"))
         launched = launch(run, spec_dict, job_id, number, layout.topology, cuda, settings, code_dir=code)
         log.info("job %s attempt %s: node %s torchrun pid %s", job_id, number, node_rank, launched.proc.pid)

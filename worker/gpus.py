@@ -76,3 +76,24 @@ def lease_exact(
         if not keep_waiting():
             return None
         time.sleep(poll_s)
+
+
+class StoppedWaiting(Exception):
+    """The node's job left its placement (cancelled, placed again, ended) while its GPUs were released."""
+
+
+def lease_node(settings: Settings, node: dict, *, keep_waiting: Callable[[], bool]) -> GpuLease | None:
+    """The lease of a placed node's GPUs (None: a CPU node, nothing to hold). Raises StoppedWaiting."""
+    if not node.get("gpus"):
+        return None
+    lease = lease_exact(settings, [str(g) for g in node["gpus"]], keep_waiting=keep_waiting)
+    if lease is None:
+        raise StoppedWaiting
+    return lease
+
+
+def visible_devices(settings: Settings, lease: GpuLease | None) -> str | None:
+    """CUDA_VISIBLE_DEVICES for a node: its leased GPUs; '' (none) on a GPU host for a CPU node; unset elsewhere."""
+    if lease is not None:
+        return lease.cuda_visible_devices
+    return "" if host_gpus(settings) else None

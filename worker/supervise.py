@@ -23,7 +23,6 @@ from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
 from core import code_policy, hosts, jobs, queue
-from core.capacity import host_gpus
 from core.db import get_engine
 from core.settings import Settings
 from core.tables import Checkpoint, Job, JobStatus
@@ -191,13 +190,10 @@ def _still_placed(engine: Engine, job_id: int, placement_id: str) -> bool:
 def _claim_node_zero(engine: Engine, settings: Settings, job: Job, spec: JobSpec, placement_id: str) -> str:
     job_id, placed = job.id, dict(job.placement or {})
     node = placed["nodes"][0]
-    lease = None
-    if node.get("gpus"):
-        lease = gpus.lease_exact(
-            settings, [str(g) for g in node["gpus"]], keep_waiting=lambda: _still_placed(engine, job_id, placement_id)
-        )
-        if lease is None:
-            return f"job {job_id}: left the queue while its GPUs were being released"
+    try:
+        lease = gpus.lease_node(settings, node, keep_waiting=lambda: _still_placed(engine, job_id, placement_id))
+    except gpus.StoppedWaiting:
+        return f"job {job_id}: left the queue while its GPUs were being released"
     try:
         several = len(placed["nodes"]) > 1
         endpoint = f"{node.get('address') or settings.resolved_host_address}:{free_port()}" if several else None
@@ -211,7 +207,7 @@ def _claim_node_zero(engine: Engine, settings: Settings, job: Job, spec: JobSpec
         )
         if claimed is None:
             return f"job {job_id}: claimed by another delivery"
-        cuda = lease.cuda_visible_devices if lease else ("" if host_gpus(settings) else None)
+        cuda = gpus.visible_devices(settings, lease)
         return _run_attempt(engine, settings, claimed, spec, cuda, Layout.of(spec, placed, 0, endpoint))
     finally:
         if lease is not None:
