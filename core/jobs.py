@@ -50,9 +50,7 @@ def create(session: Session, name: str, spec: dict[str, Any], queue: str, idempo
     the broker, the recovery sweep sends it. Raises IntegrityError when `idempotency_key` is taken.
     """
     priority = spec.get("priority", 0) if isinstance(spec.get("priority"), int) else 0
-    job = Job(
-        name=name, spec=spec, status=S.queued, queue=queue, idempotency_key=idempotency_key, priority=priority
-    )
+    job = Job(name=name, spec=spec, status=S.queued, queue=queue, idempotency_key=idempotency_key, priority=priority)
     job.heartbeat_at = UNDISPATCHED
     session.add(job)
     session.flush()

@@ -79,9 +79,7 @@ def _still_live(engine: Engine, job_id: int, attempt: int) -> bool:
     return status in LIVE and current == attempt
 
 
-def _follow(
-    engine: Engine, settings: Settings, job_id: int, number: int, node_rank: int, launched: Launched
-) -> str:
+def _follow(engine: Engine, settings: Settings, job_id: int, number: int, node_rank: int, launched: Launched) -> str:
     proc, mark = launched.proc, launched.mark
     while proc.poll() is None:
         status, attempt, preempt_for = jobs.live_view(engine, job_id)

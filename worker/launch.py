@@ -224,8 +224,13 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
     env = rank_env(mark, cuda_visible_devices, settings, job_env(run, spec, job_id, attempt, settings))
     with open(launcher_log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "worker.rank_guard", str(settings.cancel_grace_s),
-             *build_command(run, job_id, attempt, topo, port, entry)],  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "worker.rank_guard",
+                str(settings.cancel_grace_s),
+                *build_command(run, job_id, attempt, topo, port, entry),
+            ],  # fmt: skip
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,

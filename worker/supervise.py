@@ -217,9 +217,7 @@ def _claim_node_zero(engine: Engine, settings: Settings, job: Job, spec: JobSpec
 # --- launching ----------------------------------------------------------------------------------
 
 
-def _run_attempt(
-    engine: Engine, settings: Settings, job: Job, spec: JobSpec, cuda: str | None, layout: Layout
-) -> str:
+def _run_attempt(engine: Engine, settings: Settings, job: Job, spec: JobSpec, cuda: str | None, layout: Layout) -> str:
     """Launch attempt `job.attempt` of a claimed job (node 0) and supervise it to its outcome."""
     job_id, number = job.id, job.attempt
     run = RunDir(job_run_dir(settings.resolved_runs_dir, job_id))

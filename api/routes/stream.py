@@ -68,8 +68,7 @@ class _Cursor:
         ).all()
         external = session.execute(
             text(
-                "SELECT seq, name, step, value FROM metric_points"
-                " WHERE job_id = :j AND seq > :e ORDER BY seq LIMIT :n"
+                "SELECT seq, name, step, value FROM metric_points WHERE job_id = :j AND seq > :e ORDER BY seq LIMIT :n"
             ),
             {"j": job_id, "e": self.external, "n": MAX_POINTS_PER_EVENT},
         ).all()

@@ -8,8 +8,9 @@ from tests.support.jobs import slow_spec
 def test_memory_limit_stops_the_job_and_system_series_are_charted(service, workers, start_host) -> None:
     settings, client = service()
     start_host(settings, "host-a", 4)
-    hog = client.submit(slow_spec("over-limit", step_s=0.05, max_steps=400, every=1000, nproc=1,
-                                  memory_limit_mb=256))  # fmt: skip  (torchrun + a rank with torch: more)
+    hog = client.submit(
+        slow_spec("over-limit", step_s=0.05, max_steps=400, every=1000, nproc=1, memory_limit_mb=256)
+    )  # fmt: skip  (torchrun + a rank with torch: more)
     fine = client.submit(slow_spec("sampled", step_s=0.1, max_steps=40, every=1000, nproc=1))
     failed = client.wait_terminal(hog["id"], 120)
     assert failed["status"] == "failed", failed

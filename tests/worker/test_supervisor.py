@@ -75,6 +75,7 @@ def test_same_message_twice_runs_once(service, workers):
     started = [e for e in map(json.loads, (run / "events.jsonl").read_text().splitlines()) if e["type"] == "started"]
     assert len(started) == 1
     assert [p.name for p in (run / "logs").iterdir() if p.is_dir()] == ["attempt_1"]
+
     # A duplicate consumed after the claim finds nothing to do; one consumed beside the first delivery
     # loses the fenced claim. Either way it launches nothing (one `started`, one attempt, above).
     def no_ops() -> int:
