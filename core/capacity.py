@@ -39,10 +39,7 @@ def _known_hosts(settings: Settings) -> list:
     from core.db import get_engine
 
     rows = hosts.read_all(get_engine(settings.resolved_database_url), settings.resolved_stale_after_s)
-    views = [
-        placement.HostView(name=h.name, pool=h.pool, gpus=h.gpus, cpu_slots=h.cpu_slots, storage_id=h.storage_id)
-        for h in rows
-    ]
+    views = [h.view() for h in rows]  # draining hosts count at submit: they may come back
     if not any(v.pool == settings.queue for v in views):
         # Nobody registered for this pool yet: this host stands in (CPU slots unbounded here; the
         # submit limits cap CPU ranks).

@@ -20,6 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
 from core.db import db_now, get_engine, now_sql
+from core.placement import HostView
 from core.settings import Settings
 from core.tables import Host
 
@@ -101,6 +102,17 @@ class HostRow:
     draining: bool
     heartbeat_at: datetime
     alive: bool
+
+    def view(self) -> HostView:
+        """The host as the scheduler's pure plan sees it (core/placement.py): the one HostRow → HostView."""
+        return HostView(
+            name=self.name,
+            pool=self.pool,
+            gpus=self.gpus,
+            cpu_slots=self.cpu_slots,
+            storage_id=self.storage_id,
+            draining=self.draining,
+        )
 
 
 def _aware(ts: datetime) -> datetime:

@@ -21,7 +21,6 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
 
 from sqlalchemy import insert, or_, select, update
 from sqlalchemy.engine import Connection, Engine
@@ -30,6 +29,7 @@ from sqlmodel import Session
 
 from core import hosts, jobs, placement, queue, wake
 from core.db import db_now, get_engine, now_sql
+from core.placement_record import BadPlacement, JobPlacement, read_placement
 from core.settings import Settings
 from core.tables import Job, JobStatus, SchedulerLease
 from trainer.spec import JobSpec
@@ -139,13 +139,11 @@ def _ts(value: datetime) -> float:
     return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).timestamp()
 
 
-def _usage(job_id: int, priority: int, spec: JobSpec | None, placed: dict[str, Any]) -> placement.Usage:
-    nodes = tuple(
-        placement.NodeUse(host=str(n["host"]), gpus=tuple(str(g) for g in n.get("gpus", [])), slots=int(n["slots"]))
-        for n in placed.get("nodes", [])
-    )
+def _usage(job_id: int, priority: int, spec: JobSpec | None, placed: JobPlacement) -> placement.Usage:
     preemptible = bool(spec and spec.preemptible)
-    return placement.Usage(job_id=job_id, priority=priority, preemptible=preemptible, nodes=nodes)
+    return placement.Usage(
+        job_id=job_id, priority=priority, preemptible=preemptible, nodes=tuple(n.use() for n in placed.nodes)
+    )
 
 
 def _read(engine: Engine, settings: Settings) -> _State:
@@ -166,12 +164,19 @@ def _read(engine: Engine, settings: Settings) -> _State:
             spec = None  # stored by an older version, say: it can never be placed
             if status == S.queued and not placed:
                 state.invalid[job_id] = str(exc)
-        if placed:
-            down = [str(n["host"]) for n in placed.get("nodes", []) if str(n["host"]) not in alive]
+        try:
+            record = read_placement(placed)
+        except BadPlacement as exc:  # damaged by hand: place a queued job again; a live one holds nothing known
+            log.warning("job %s: %s", job_id, exc)
+            if status == S.queued:
+                state.orphans.append((job_id, placement_id))
+            continue
+        if record is not None:
+            down = [h for h in record.hosts if h not in alive]
             if status == S.queued and down:
                 state.orphans.append((job_id, placement_id))
                 continue
-            state.usage.append(_usage(job_id, priority, spec, placed))
+            state.usage.append(_usage(job_id, priority, spec, record))
         elif status == S.queued and spec is not None:
             state.reasons[job_id] = reason
             state.waiting.append(
@@ -183,25 +188,7 @@ def _read(engine: Engine, settings: Settings) -> _State:
 
 
 def _views(rows: list[hosts.HostRow]) -> list[placement.HostView]:
-    return [
-        placement.HostView(
-            name=h.name, pool=h.pool, gpus=h.gpus, cpu_slots=h.cpu_slots, storage_id=h.storage_id, draining=h.draining
-        )
-        for h in rows
-        if h.alive
-    ]
-
-
-def _as_json(p: placement.Placement, addresses: dict[str, str]) -> dict[str, Any]:
-    return {
-        "nodes": [
-            {"host": n.host, "node_rank": n.node_rank, "gpus": list(n.gpus), "slots": n.slots,
-             "address": addresses.get(n.host, n.host)}
-            for n in p.nodes
-        ],
-        "nproc": p.nproc,
-        "accumulation_steps": p.accumulation_steps,
-    }  # fmt: skip
+    return [h.view() for h in rows if h.alive]
 
 
 def _dispatch(engine: Engine, settings: Settings, p: placement.Placement, state: _State, pools: dict[int, str]) -> bool:
@@ -209,7 +196,7 @@ def _dispatch(engine: Engine, settings: Settings, p: placement.Placement, state:
     addresses = {h.name: h.address for h in state.host_rows}
     placement_id = uuid.uuid4().hex
     with engine.begin() as conn:
-        if not jobs.place(conn, p.job_id, _as_json(p, addresses), placement_id):
+        if not jobs.place(conn, p.job_id, JobPlacement.of(p, addresses).to_json(), placement_id):
             return False  # cancelled or placed meanwhile
     pool = pools[p.job_id]
     try:
