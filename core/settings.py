@@ -57,6 +57,37 @@ class Settings(BaseSettings):
         16, ge=1, le=10_000, description="Unauthenticated requests whose bodies are read at the same time."
     )
     port: int = Field(8000, ge=1, le=65535, description="API port.")
+    # --- the API's connections and clients (api/connections.py, api/client_limits.py; docs/security.md) ---
+    head_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description="A connection must send a whole request head within this many seconds of opening (or of "
+        "starting its next request); else it is closed (408).",
+    )
+    max_connections: int = Field(
+        1000,
+        ge=16,
+        description="Open connections the API holds at once; past it the oldest idle one is closed (else the new "
+        "one gets 503).",
+    )
+    max_connections_per_client: int = Field(
+        64,
+        ge=1,
+        description="Open connections from one client address; past it that client's oldest idle one is closed "
+        "(trusted proxies are exempt).",
+    )
+    max_streams_per_client: int = Field(
+        8, ge=1, description="Live-update (SSE) streams one client may hold open at once (429 past it)."
+    )
+    auth_failures_per_minute: int = Field(
+        10, ge=1, description="Wrong tokens one client may send per minute; past it, 429 until the minute is over."
+    )
+    trusted_proxies: str = Field(
+        "",
+        description="Comma-separated addresses of TLS/reverse proxies in front of the API whose X-Forwarded-For and "
+        "X-Forwarded-Proto are believed (client address; https makes cookies Secure). Empty: none.",
+    )
     gpus: str | None = Field(
         None, description="GPU indices this worker may use, e.g. '0,1'; '' for none; default: all it sees."
     )
@@ -164,6 +195,12 @@ class Settings(BaseSettings):
         1_000_000_000, ge=1024, description="Largest code bundle once unpacked (sum of its file sizes)."
     )
     max_bundle_files: int = Field(100_000, ge=1, description="Most files in a code bundle.")
+    max_bundle_store_bytes: int = Field(
+        20_000_000_000,
+        ge=1_000_000,
+        description="Size cap of the bundle store (<runs>/.bundles); past it the least recently used bundles no "
+        "queued or running job names are removed.",
+    )
     bundle_retention_s: float = Field(
         7 * 24 * 3600.0,
         ge=0,
@@ -226,6 +263,10 @@ class Settings(BaseSettings):
         """Where a spec's data paths may point: the datasets dir first (the base of relative paths), then extras."""
         extras = [Path(p.strip()).resolve() for p in self.dataset_roots.replace(",", ":").split(":") if p.strip()]
         return list(dict.fromkeys([self.resolved_datasets_dir, *extras]))
+
+    @property
+    def trusted_proxy_hosts(self) -> frozenset[str]:
+        return frozenset(h.strip() for h in self.trusted_proxies.split(",") if h.strip())
 
     @property
     def rank_env_names(self) -> list[str]:
