@@ -27,7 +27,7 @@ def install() -> None:
     global _installed
     if _installed:
         return
-    import redis
+    import redis.exceptions
     from kombu.transport import redis as kombu_redis
 
     original = kombu_redis.Channel._connparams
@@ -181,7 +181,7 @@ def _watch(transport: Any) -> BrokerWatch | None:
 
 def _poll(transport: Any, watch: BrokerWatch | None) -> bool:
     """One poll of the table (armed first: a message put after it wakes the next wait); True: one was delivered."""
-    from kombu.transport.virtual.base import Empty
+    from queue import Empty  # what kombu's virtual transports raise (kombu.transport.virtual.base imports it)
 
     if watch is not None:
         watch.arm()

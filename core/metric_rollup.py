@@ -25,9 +25,9 @@ import math
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import text
+from sqlalchemy import CursorResult, text
 from sqlmodel import Session
 
 WIDTHS = (16, 256, 4096, 65536)
@@ -164,13 +164,18 @@ def refresh(session: Session, job_id: int) -> int:
             {"j": job_id},
         )
         session.commit()
-        mark = session.execute(text("SELECT seq FROM metric_rollup_marks WHERE job_id = :j"), {"j": job_id}).scalar()
+        mark = session.execute(
+            text("SELECT seq FROM metric_rollup_marks WHERE job_id = :j"), {"j": job_id}
+        ).scalar_one()  # the row exists now: inserted just above, or by a concurrent folder
         session.commit()
     if newest <= mark:
         return 0
-    moved = session.execute(
-        text("UPDATE metric_rollup_marks SET seq = :new WHERE job_id = :j AND seq = :old"),
-        {"new": newest, "old": mark, "j": job_id},
+    moved = cast(
+        "CursorResult[Any]",  # what an UPDATE returns (Session.execute is typed as the general Result)
+        session.execute(
+            text("UPDATE metric_rollup_marks SET seq = :new WHERE job_id = :j AND seq = :old"),
+            {"new": newest, "old": mark, "j": job_id},
+        ),
     )
     if moved.rowcount != 1:
         session.rollback()
@@ -283,18 +288,18 @@ def query(
     first = session.execute(
         text(f"SELECT step FROM metric_points WHERE job_id = :j AND name = :n{rng} ORDER BY step LIMIT 1"), base
     ).scalar()
-    if first is None:
-        return Series(name)
     last = session.execute(
         text(f"SELECT step FROM metric_points WHERE job_id = :j AND name = :n{rng} ORDER BY step DESC LIMIT 1"), base
     ).scalar()
+    if first is None or last is None:
+        return Series(name)
     # Few enough points? Counting stops at max_points + 1, so this is cheap even for a huge series.
     few = session.execute(
         text(
             f"SELECT count(*) FROM (SELECT 1 FROM metric_points WHERE job_id = :j AND name = :n{rng} LIMIT :cap) AS t"
         ),
         {**base, "cap": max_points + 1},
-    ).scalar()
+    ).scalar_one()
     if few <= max_points:
         points = list(_raw(session, base, first, last))
         return Series(name, points, total_points=few)

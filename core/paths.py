@@ -45,6 +45,8 @@ def run_dir_of(job: Job, settings: Settings) -> Path:
 
     Raises UnsafePath when a row names a directory outside the runs dir.
     """
+    if job.id is None:  # a row not yet inserted has no run dir
+        raise ValueError("run_dir_of needs a saved job row")
     raw = job.run_dir or str(job_run_dir(settings.resolved_runs_dir, job.id))
     return inside_runs_dir(raw, settings.resolved_runs_dir)
 

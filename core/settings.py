@@ -319,4 +319,5 @@ def write_private(path: Path, text: str) -> None:
 
 @lru_cache
 def get_settings() -> Settings:
-    return Settings()
+    # Every field has a default, given positionally (Field(default, ...)), which type checkers do not read.
+    return Settings()  # pyright: ignore[reportCallIssue]
