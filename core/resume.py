@@ -7,10 +7,9 @@ at once: a resume of a job that reached its end trains as long again past the ch
 
 from __future__ import annotations
 
-from pathlib import PurePath
 from typing import Any
 
-from trainer.run_dir import CHECKPOINT_NAME
+from trainer.checkpoint_files import checkpoint_step
 
 
 def derived_name(name: str, suffix: str) -> str:
@@ -19,8 +18,7 @@ def derived_name(name: str, suffix: str) -> str:
 
 def _start_step(spec: dict[str, Any]) -> int:
     """The step the job itself started from: its own resume_from checkpoint's, else 0."""
-    found = CHECKPOINT_NAME.match(PurePath(str(spec.get("resume_from") or "")).name)
-    return int(found.group(1)) if found else 0
+    return checkpoint_step(str(spec.get("resume_from") or "")) or 0
 
 
 def resume_spec(

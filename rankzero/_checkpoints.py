@@ -25,11 +25,17 @@ import torch
 
 from rankzero import _runtime
 from trainer import checkpoint as ckpt_io
+from trainer import checkpoint_files
 from trainer.event_types import EventType
 from trainer.run_dir import RunDir
 
 # What a torn or damaged file raises from torch.load (zip reader, unpickler, short read).
 _DAMAGED = (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, pickle.UnpicklingError)
+
+
+# sha256 of each checkpoint this process saved (relative path → sha): its event may still be queued in
+# the writer when the same process loads, and the "newest intact" rule needs a record for each file.
+_saved_here: dict[Path, dict[str, str]] = {}  # run dir → {relative path: sha256}
 
 
 class UnsafeCheckpointError(pickle.UnpicklingError):
@@ -48,11 +54,13 @@ def save_checkpoint(obj: Any, step: int, *, epoch: int | None = None) -> Path | 
     run = RunDir(job.run_dir)
     path = run.checkpoint_path(step)
     saved = ckpt_io.write_atomic(path, obj)
+    relative = checkpoint_files.relative_name(run, path)
+    _saved_here.setdefault(run.root, {})[relative] = saved.sha256
     events.emit(
         EventType.checkpoint,
         step=step,
         epoch=None if epoch is None else operator.index(epoch),
-        path=str(path.relative_to(run.root)),
+        path=relative,
         bytes=saved.bytes,
         sha256=saved.sha256,
     )
@@ -76,17 +84,30 @@ def _load(path: Path, map_location: Any, weights_only: bool) -> Any:
 
 def load_checkpoint(map_location: Any = None, *, weights_only: bool = True) -> Any | None:
     """The newest intact checkpoint of this job (what an earlier attempt saved), or None: none yet,
-    or local mode. A file that does not load (damaged) is skipped for the one before it, with a
-    warning. Any rank may call it (each reads the file); `map_location` as for `torch.load`."""
+    or local mode. Intact is the service's one rule (trainer/checkpoint_files.py): the file's bytes
+    match the sha256 its `checkpoint` event recorded, the checkpoint the worker would resume from. A
+    file that fails that, or does not load, is skipped for the one before it, with a warning. Any
+    rank may call it (each reads the file); `map_location` as for `torch.load`."""
     job = _runtime.job()
     if job.local:
         _runtime.notice_local()
         return None
-    for _, path in reversed(ckpt_io.list_checkpoints(RunDir(job.run_dir))):
+    run = RunDir(job.run_dir)
+    recorded = {**checkpoint_files.recorded_shas(run), **_saved_here.get(run.root, {})}
+    passed_over: list[tuple[Path, str]] = []
+    for path in checkpoint_files.intact_newest_first(run, recorded, passed_over=passed_over):
+        _warn_passed_over(passed_over)
         try:
             return _load(path, map_location, weights_only)
         except UnsafeCheckpointError:
             raise
         except _DAMAGED as exc:
             print(f"rankzero: skipping checkpoint {path.name}, which does not load: {exc}", file=sys.stderr)
+    _warn_passed_over(passed_over)
     return None
+
+
+def _warn_passed_over(passed_over: list[tuple[Path, str]]) -> None:
+    for path, why in passed_over:
+        print(f"rankzero: skipping checkpoint {path.name}: {why}", file=sys.stderr)
+    passed_over.clear()

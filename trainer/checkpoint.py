@@ -20,7 +20,8 @@ from typing import Any
 
 import torch
 
-from trainer.run_dir import CHECKPOINT_NAME, RunDir
+from trainer.checkpoint_files import list_checkpoints
+from trainer.run_dir import RunDir
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class CheckpointWriteError(OSError):
     """Saving a checkpoint failed; the message names the previous checkpoint, which is intact."""
 
     def __init__(self, path: Path, cause: OSError) -> None:
-        earlier = [p for p in sorted(path.parent.glob("step_*.pt")) if p != path]
+        earlier = [p for _, p in list_checkpoints(RunDir(path.parent.parent)) if p != path]
         kept = (
             f"the previous checkpoint {earlier[-1].name} is intact and still the latest"
             if earlier
@@ -121,18 +122,6 @@ def write_atomic(path: Path, payload: dict[str, Any]) -> SavedCheckpoint:
     finally:
         os.close(dir_fd)
     return SavedCheckpoint(path, len(data), hashlib.sha256(data).hexdigest())
-
-
-def list_checkpoints(run_dir: RunDir) -> list[tuple[int, Path]]:
-    """(step, path) of every finished checkpoint in the run, oldest first."""
-    if not run_dir.checkpoints.is_dir():
-        return []
-    found = []
-    for p in run_dir.checkpoints.iterdir():
-        m = CHECKPOINT_NAME.match(p.name)
-        if m:
-            found.append((int(m.group(1)), p))
-    return sorted(found)
 
 
 def prune(run_dir: RunDir, keep_last: int) -> list[Path]:
