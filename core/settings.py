@@ -7,6 +7,7 @@ import secrets
 import socket
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -160,6 +161,15 @@ class Settings(BaseSettings):
     )
     job_memory_limit_mb: int | None = Field(
         None, ge=64, description="Default memory limit of a job's processes (MiB) when its spec sets none."
+    )
+    # --- the job sandbox (worker/sandbox.py; docs/security.md "The job sandbox") ---
+    sandbox: Literal["on", "off"] = Field(
+        "on",
+        description="Run every attempt in a sandbox (bubblewrap namespaces + a cgroup); 'off' runs jobs as the "
+        "worker's own processes, not isolated (each job then says so), where the host allows no sandbox.",
+    )
+    sandbox_pids_max: int = Field(
+        16384, ge=64, description="Most processes and threads one attempt's sandbox may hold (its cgroup's pids limit)."
     )
     # --- what a job spec may ask for (api/submit_policy.py; docs/trainer.md "Limits") ---
     datasets_dir: Path | None = Field(
