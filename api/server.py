@@ -4,9 +4,11 @@ Refuses to bind a non-loopback address unless an API token is configured: a gene
 kept in a local file is fine for 127.0.0.1, but a service reachable from the network must have
 a token its operator chose and knows (at least 32 characters: Settings refuses shorter ones).
 
-uvicorn runs with bounds against slow or many clients (`UVICORN_LIMITS`): at most
-`limit_concurrency` connections at once (503 past it), idle keep-alive connections closed after
-5 s, request heads at most 16 KiB. Bodies get their deadline in api/limits.py.
+uvicorn runs with bounds against slow or many clients (`UVICORN_LIMITS`, enforced whatever parser
+runs by the protocol of api/connections.py): at most `limit_concurrency` requests in flight (503
+past it), idle keep-alive connections closed after 5 s, request heads at most 16 KiB and sent
+within RANKZERO_HEAD_TIMEOUT_S, per-client and global connection caps that close the oldest idle
+connection first. Bodies get their deadline in api/limits.py.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import uvicorn
 
+from api.connections import ConnectionLimits, guarded_protocol
 from core.settings import LOOPBACK_HOSTS, Settings
 
 UVICORN_LIMITS: dict[str, object] = {
@@ -25,6 +28,16 @@ UVICORN_LIMITS: dict[str, object] = {
     "h11_max_incomplete_event_size": 16 * 1024,
     "backlog": 256,
 }
+
+
+def http_protocol(settings: Settings) -> type:
+    """uvicorn's httptools protocol with the bounds of UVICORN_LIMITS and the settings binding it."""
+    limits = ConnectionLimits.from_settings(
+        settings,
+        max_head_bytes=int(UVICORN_LIMITS["h11_max_incomplete_event_size"]),  # type: ignore[call-overload]
+        max_in_flight=int(UVICORN_LIMITS["limit_concurrency"]),  # type: ignore[call-overload]
+    )
+    return guarded_protocol(limits)
 
 
 class UnsafeBind(RuntimeError):
@@ -89,6 +102,7 @@ def serve(settings: Settings, **uvicorn_options: object) -> None:
         "log_level": "info",
         "proxy_headers": False,
         "server_header": False,
+        "http": http_protocol(settings),
         **UVICORN_LIMITS,
     }
     options.update(uvicorn_options)

@@ -1,5 +1,6 @@
 """Fixtures for the security tests: a real uvicorn server (the shared `live_api` fixture) with a
-strong token of its own, and a signed-in dashboard session (helpers in tests/support/attack.py).
+strong token of its own, and a signed-in dashboard session (helpers in tests/support/attack.py);
+`served_api`: the API as `rankzero api` serves it (api.server.serve), in a process of its own.
 
 Every test here attacks the server the way a client on the network would: over a real socket on
 127.0.0.1, never through an in-process client.
@@ -7,12 +8,21 @@ Every test here attacks the server the way a client on the network would: over a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.support.attack import TOKEN, Server, sign_in
+from tests.support.commands import ROOT
+from tests.support.ports import free_port
+from tests.support.procs import stop_group
+from tests.support.settings import settings_env
 
 
 @pytest.fixture
@@ -36,3 +46,42 @@ def session_client(server: Server):
     client = sign_in(server)
     yield client
     client.close()
+
+
+SERVE = "from api.server import serve; from core.settings import Settings; serve(Settings())"
+
+
+class ServedApi(Server):
+    proc: subprocess.Popen[bytes]
+
+
+@pytest.fixture
+def served_api(api_settings: Callable[..., Any], tmp_path: Path) -> Iterator[Callable[..., ServedApi]]:
+    """`served_api(**settings_overrides)` → the API under api.server.serve in a subprocess, on a free port."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(**overrides: Any) -> ServedApi:
+        settings = api_settings(**{"api_token": TOKEN, "port": free_port(), **overrides})
+        log_path = tmp_path / f"api-{settings.port}.log"
+        log = open(log_path, "wb")  # noqa: SIM115 - open for the server's lifetime
+        proc = subprocess.Popen([sys.executable, "-c", SERVE], env=settings_env(settings), cwd=ROOT,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        procs.append(proc)
+        base = f"http://127.0.0.1:{settings.port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/api/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the API did not come up on {base}: {log_path.read_text()[-2000:]}")
+            time.sleep(0.1)
+        served = ServedApi(base, settings)
+        served.proc = proc
+        return served
+
+    yield start
+    for proc in procs:
+        stop_group(proc)
