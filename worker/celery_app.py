@@ -8,15 +8,15 @@ from __future__ import annotations
 from kombu import Queue
 
 from core.hosts import host_queue
-from core.queue import TASK_RUN_JOB, make_celery
+from core.queue import make_celery
 from core.settings import get_settings
 
-__all__ = ["TASK_RUN_JOB", "app"]
+__all__ = ["app"]
 
 _settings = get_settings()
 app = make_celery(_settings)
-# A worker takes its pool's queue (messages from before the scheduler) and its host's own queue,
-# where the scheduler sends the nodes it placed here (worker/scheduler.py).
+# A worker takes its host's own queue, where the scheduler sends the nodes it placed here
+# (worker/scheduler.py), and its pool's queue (the default queue: nothing is sent there any more).
 app.conf.task_queues = (
     Queue(_settings.queue),
     Queue(host_queue(_settings.queue, _settings.resolved_host_name)),

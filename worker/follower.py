@@ -18,12 +18,15 @@ from sqlalchemy.engine import Engine
 
 from core import jobs
 from core.job_state import LIVE
+from core.placement_record import read_placement
 from core.settings import Settings
 from core.tables import Job, JobStatus
 from trainer.run_dir import RunDir, job_run_dir
 from trainer.spec import JobSpec
-from worker import bundles, cancel, drain, gpus
-from worker.launch import Launched, launch
+from worker import bundles, drain, gpus, procs
+from worker.attempt import Layout, Limits, Seen, StopReason
+from worker.launch import Launched, Topology, launch
+from worker.stop_reason import stop_reason
 
 log = logging.getLogger("rankzero.worker")
 S = JobStatus
@@ -50,11 +53,12 @@ def run_follower(engine: Engine, settings: Settings, job_id: int, node_rank: int
     job = _wait_for_node_zero(engine, settings, job_id, placement_id)
     if isinstance(job, str):
         return job
-    from worker.supervise import Layout  # the one description of a placed node (no import cycle at load)
-
+    placed = read_placement(job)
+    node = placed.node(node_rank) if placed is not None else None
+    if placed is None or node is None:
+        return f"job {job_id}: placement {placement_id[:8]} has no node {node_rank}"
     spec = JobSpec.model_validate(job.spec)
-    layout = Layout.of(spec, job.placement, node_rank, job.rendezvous)
-    node = job.placement["nodes"][node_rank]
+    layout = Layout.of(spec, placed, node_rank, job.rendezvous)
     run = RunDir(job_run_dir(settings.resolved_runs_dir, job_id))
     number = job.attempt
     try:
@@ -62,11 +66,12 @@ def run_follower(engine: Engine, settings: Settings, job_id: int, node_rank: int
     except gpus.StoppedWaiting:
         return f"job {job_id}: ended while node {node_rank}'s GPUs were being released"
     try:
-        cancel.stop_earlier_attempts(run.root, settings.cancel_grace_s, attempt=number)
+        procs.stop_earlier_attempts(run.root, settings.cancel_grace_s, attempt=number)
         code = bundles.code_dir(spec, settings)
         cuda = gpus.visible_devices(settings, lease)
         spec_dict = layout.spec_for_ranks(spec.model_dump(mode="json"))
-        launched = launch(run, spec_dict, job_id, number, layout.topology, cuda, settings, code_dir=code)
+        topo = Topology(nproc=layout.nproc, nnodes=layout.nnodes, node_rank=node_rank, endpoint=layout.endpoint)
+        launched = launch(run, spec_dict, job_id, number, topo, cuda, settings, code_dir=code)
         log.info("job %s attempt %s: node %s torchrun pid %s", job_id, number, node_rank, launched.proc.pid)
         return _follow(engine, settings, job_id, number, node_rank, launched)
     finally:
@@ -79,17 +84,27 @@ def _still_live(engine: Engine, job_id: int, attempt: int) -> bool:
     return status in LIVE and current == attempt
 
 
+def _look(engine: Engine, settings: Settings, job_id: int) -> Seen:
+    """What a follower watches: the row (status, attempt, preemption) and its own worker's drain."""
+    status, attempt, preempt_for = jobs.live_view(engine, job_id)
+    return Seen(status=status, attempt=attempt, preempt_for=preempt_for, draining=drain.draining(settings))
+
+
 def _follow(engine: Engine, settings: Settings, job_id: int, number: int, node_rank: int, launched: Launched) -> str:
+    """Watch this node's torchrun until it exits, or stop it when the row says so (worker/stop_reason.py;
+    no stall, memory or peer watch here: node 0 keeps those)."""
     proc, mark = launched.proc, launched.mark
+    limits = Limits(attempt=number)
     while proc.poll() is None:
-        status, attempt, preempt_for = jobs.live_view(engine, job_id)
-        if drain.draining(settings) and status in (S.starting, S.running):
+        seen = _look(engine, settings, job_id)
+        reason = stop_reason(seen, limits)
+        if reason is StopReason.drain:
             detail = f"node {node_rank}'s worker ({settings.resolved_host_name}) is shutting down; resuming elsewhere"
             jobs.requeue(engine, job_id, detail=detail, attempt=number)
-            status = S.queued
-        if status not in LIVE or attempt != number or status == S.cancelling or preempt_for is not None:
-            code = cancel.stop(proc, mark, settings.cancel_grace_s)
-            return f"job {job_id}: node {node_rank} stopped ({status.value if status else 'gone'}; exit {code})"
+        if reason is not None:
+            code = procs.stop(proc, mark, settings.cancel_grace_s)
+            left = "queued" if reason is StopReason.drain else seen.status.value if seen.status else "gone"
+            return f"job {job_id}: node {node_rank} stopped ({left}; exit {code})"
         time.sleep(settings.poll_s)
-    code = cancel.wait_gone(proc, mark)
+    code = procs.wait_gone(proc, mark)
     return f"job {job_id}: node {node_rank} ranks exited ({code})"

@@ -24,7 +24,9 @@ from core import jobs
 from core.db import db_now, get_engine
 from core.settings import Settings
 from core.tables import Job, JobStatus
-from worker import bundles
+from trainer.run_dir import RunDir, job_run_dir
+from worker import bundles, run_record
+from worker.decide import Requeue, Standing, host_loss
 
 log = logging.getLogger("rankzero.worker")
 S = JobStatus
@@ -96,21 +98,25 @@ def recover_once(settings: Settings) -> list[int]:
 
 
 def _resume_or_fail(s: Session, job_id: int, status: JobStatus, losses: int, since: str, settings: Settings) -> bool:
-    """A live job whose worker went silent: its host was lost. Resume it (not a restart of the job's own
-    failure), unless it has lost its host max_host_losses times already."""
-    most = settings.max_host_losses
-    if losses < most:
-        detail = f"worker lost ({since}); resuming from the latest checkpoint ({losses + 1}/{most} host losses)"
+    """A live job whose worker went silent: its host was lost. The same decision as node 0's for a lost
+    peer (worker/decide.py `host_loss`): resume it (not a restart of the job's own failure), unless it has
+    lost its host max_host_losses times already."""
+    standing = Standing(attempt=0, host_losses=losses, max_host_losses=settings.max_host_losses)
+    latest = _latest_checkpoint(settings, job_id) if losses >= settings.max_host_losses else None
+    outcome = host_loss(f"worker lost ({since})", standing, exit_code=None, latest=latest)
+    if isinstance(outcome, Requeue):
         return jobs.transition(
-            s, job_id, S.queued, expect=status, detail=detail, pid=None, heartbeat_at=None,
+            s, job_id, S.queued, expect=status, detail=outcome.detail, pid=None, heartbeat_at=None,
             host_losses=Job.host_losses + 1, **jobs.UNPLACED,
         )  # fmt: skip
-    msg = (
-        f"worker {since} (host or worker died), and the job had already lost its host {losses} times "
-        f"(RANKZERO_MAX_HOST_LOSSES {most}): not resumed again; check whether it exhausts its hosts (memory, "
-        "disk), then resubmit with resume_from set to its latest checkpoint"
-    )
-    return jobs.transition(s, job_id, S.failed, expect=status, detail="worker lost", error=msg, pid=None)
+    return jobs.transition(s, job_id, S.failed, expect=status, detail=outcome.detail, error=outcome.error, pid=None)
+
+
+def _latest_checkpoint(settings: Settings, job_id: int) -> str | None:
+    """The checkpoint a failed job's error tells the user to resume from (relative to its run dir)."""
+    run = RunDir(job_run_dir(settings.resolved_runs_dir, job_id))
+    latest = run_record.latest_checkpoint(get_engine(settings.resolved_database_url), job_id, run)
+    return str(latest.relative_to(run.root.resolve())) if latest is not None else None
 
 
 def start_recovery_thread(settings: Settings, stop: threading.Event) -> threading.Thread:

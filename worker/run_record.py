@@ -86,6 +86,19 @@ def newest_intact_checkpoint(engine: Engine, job_id: int, run: RunDir) -> Path |
     return None
 
 
+def latest_checkpoint(engine: Engine, job_id: int, run: RunDir) -> Path | None:
+    """The newest recorded checkpoint still on disk (not re-hashed: named in a failed job's error so the
+    user can resume from it; a resumed attempt starts from `newest_intact_checkpoint`)."""
+    with Session(engine) as s:
+        rows = s.execute(
+            select(Checkpoint.path).where(Checkpoint.job_id == job_id).order_by(Checkpoint.step.desc())  # type: ignore[attr-defined]
+        ).all()
+    for (path,) in rows:
+        if (run.root / path).is_file():
+            return (run.root / path).resolve()
+    return None
+
+
 def _seq_gaps(events: list[dict[str, Any]]) -> list[tuple[int, int]]:
     gaps, prev = [], None
     for ev in events:

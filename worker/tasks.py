@@ -5,20 +5,9 @@ from __future__ import annotations
 from celery.exceptions import Reject
 
 from core import wake
-from core.queue import TASK_RUN_JOB, TASK_RUN_NODE
+from core.queue import TASK_RUN_NODE
 from worker import drain
 from worker.celery_app import app
-
-
-@app.task(name=TASK_RUN_JOB, bind=True, acks_late=True)
-def run_job(self, job_id: int) -> str:
-    from worker.supervise import run_job as supervise_job
-
-    settings = self.app.conf.rankzero_settings
-    if drain.draining(settings):
-        # A worker on its way out takes nothing new: give the message back for another worker.
-        raise Reject("worker shutting down", requeue=True)
-    return supervise_job(int(job_id), settings)
 
 
 @app.task(name=TASK_RUN_NODE, bind=True, acks_late=True)

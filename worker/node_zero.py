@@ -1,0 +1,291 @@
+"""Node 0 of a placed job: claim it, launch an attempt, watch it, and write its outcome.
+
+wait for GPUs → claim (queued → starting) → launch torchrun → running
+→ loop { look (worker/watch.py) → stop_reason (worker/stop_reason.py) } → ranks ended
+→ gather the facts → decide (worker/decide.py, pure) → apply (worker/outcome.py, the one write)
+
+What the trainer's events said about the attempt is `EventsSeen` (worker/ingest.py), one of the facts.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
+
+from core import jobs
+from core.placement_record import JobPlacement
+from core.settings import Settings
+from core.tables import Job, JobStatus
+from trainer.run_dir import RunDir, job_run_dir
+from trainer.spec import JobSpec
+from worker import bundles, errors, gpus, procs, run_record
+from worker.attempt import Attempt, Ended, Layout, Limits, StopReason
+from worker.decide import Facts, Outcome, Standing, decide, failed_on_its_own, looks_finished, may_restart
+from worker.decide import restart_or_fail as decide_restart_or_fail
+from worker.launch import Topology, free_port, launch
+from worker.outcome import apply
+from worker.stop_reason import grace_s, stop_note, stop_reason
+from worker.watch import Watcher, fold_rollups, peer_window_s, silent_peer
+
+log = logging.getLogger("rankzero.worker")
+S = JobStatus
+# How long the outcome of an attempt is retried while the database is unreachable (e.g. restarting).
+DB_RETRY_S = 600.0
+
+
+def topology(layout: Layout) -> Topology:
+    """The torchrun topology (worker/launch.py) of a node laid out as `layout`."""
+    return Topology(nproc=layout.nproc, nnodes=layout.nnodes, node_rank=layout.node_rank, endpoint=layout.endpoint)
+
+
+def _still_placed(engine: Engine, job_id: int, placement_id: str) -> bool:
+    job = jobs.get_job(engine, job_id)
+    return bool(job and job.status == S.queued and job.placement_id == placement_id) and jobs.touch_queued(
+        engine, job_id
+    )
+
+
+def claim_and_run(
+    engine: Engine, settings: Settings, job: Job, spec: JobSpec, placed: JobPlacement, placement_id: str
+) -> str:
+    """Hold node 0's GPUs, claim the job for this placement, and run the attempt; return a one-line account."""
+    job_id = job.id
+    node = placed.nodes[0]
+    try:
+        lease = gpus.lease_node(settings, node, keep_waiting=lambda: _still_placed(engine, job_id, placement_id))
+    except gpus.StoppedWaiting:
+        return f"job {job_id}: left the queue while its GPUs were being released"
+    try:
+        several = len(placed.nodes) > 1
+        endpoint = f"{node.address or settings.resolved_host_address}:{free_port()}" if several else None
+        claimed = jobs.claim(
+            engine,
+            job_id,
+            settings.resolved_runs_dir,
+            host=settings.resolved_host_name,
+            placement_id=placement_id,
+            rendezvous=endpoint,
+        )
+        if claimed is None:
+            return f"job {job_id}: claimed by another delivery"
+        cuda = gpus.visible_devices(settings, lease)
+        return _run_attempt(engine, settings, claimed, spec, cuda, Layout.of(spec, placed, 0, endpoint))
+    finally:
+        if lease is not None:
+            lease.release()
+
+
+# --- launching ----------------------------------------------------------------------------------
+
+
+def _run_attempt(engine: Engine, settings: Settings, job: Job, spec: JobSpec, cuda: str | None, layout: Layout) -> str:
+    """Launch attempt `job.attempt` of a claimed job (node 0) and supervise it to its outcome."""
+    job_id, number = job.id, job.attempt
+    run = RunDir(job_run_dir(settings.resolved_runs_dir, job_id))
+    spec_dict = layout.spec_for_ranks(spec.model_dump(mode="json"))
+    try:
+        latest = _before_launch(engine, settings, job_id, number, run)
+    except jobs.FencedOut as exc:
+        return str(exc)
+    except Exception as exc:  # nothing runs yet: the job fails saying why, never stays `starting`
+        log.exception("job %s attempt %s: preparing the launch failed", job_id, number)
+        error = f"the worker could not prepare attempt {number}: {type(exc).__name__}: {exc}"
+        jobs.finish(engine, job_id, S.failed, detail="worker error", attempt=number, error=error)
+        return f"job {job_id}: worker error before launch"
+    if latest is not None and not spec.is_script:  # a script finds its own (rankzero.load_checkpoint)
+        spec_dict["resume_from"] = str(latest)
+    try:
+        # Fetching or unpacking a large bundle may outlast the stale threshold: keep the job's heartbeat.
+        code = bundles.code_dir(spec, settings, keep_alive=lambda: jobs.touch_live(engine, job_id, number))
+        launched = launch(run, spec_dict, job_id, number, topology(layout), cuda, settings, code_dir=code)
+    except bundles.BundleUnavailable as exc:
+        jobs.finish(engine, job_id, S.failed, detail="code bundle unavailable", attempt=number, error=str(exc))
+        return f"job {job_id}: code bundle unavailable"
+    except OSError as exc:
+        error = f"could not start torchrun: {exc}"
+        jobs.finish(engine, job_id, S.failed, detail="launch failed", attempt=number, error=error)
+        return f"job {job_id}: launch failed"
+    pid = launched.proc.pid
+    jobs.mark_running(engine, job_id, pid, detail=f"torchrun pid {pid}, attempt {number}{_where(layout, spec)}",
+                      attempt=number)  # fmt: skip
+    log.info("job %s attempt %s: torchrun pid %s on %s", job_id, number, pid, cuda or "cpu")
+    attempt = Attempt(
+        engine, settings, job_id, number, spec, run, launched.proc, launched.mark, launched.launcher_log, layout,
+        int(job.restarts_used), int(job.host_losses),
+    )  # fmt: skip
+    return supervise(attempt)
+
+
+def _where(layout: Layout, spec: JobSpec) -> str:
+    """The timeline's account of how the attempt runs: its other hosts, and an elastic fit."""
+    parts = []
+    if layout.peers:
+        parts.append(f"{layout.nnodes} nodes (with {', '.join(layout.peers)})")
+    if layout.nproc != spec.nproc and not spec.is_script:
+        parts.append(f"running on {layout.nproc} of {spec.nproc} ranks (accumulation ×{layout.accumulation_steps})")
+    return "; " + "; ".join(parts) if parts else ""
+
+
+def _before_launch(engine: Engine, settings: Settings, job_id: int, number: int, run: RunDir) -> Path | None:
+    """Never two attempts at once, and nothing an earlier one wrote is lost: stop whatever an earlier
+    attempt left running (its ranks checkpoint on SIGTERM), ingest what events.jsonl holds (the durable
+    record; its supervisor may have died before writing it), and return the newest intact checkpoint on
+    disk to resume from (None for a first attempt, or when there is none)."""
+    left = procs.stop_earlier_attempts(
+        run.root,
+        settings.cancel_grace_s,
+        keep_alive=lambda: jobs.touch_live(engine, job_id, attempt=number),
+        attempt=number,
+    )
+    if left:
+        log.warning(
+            "job %s attempt %s: stopped %d process(es) an earlier attempt left running", job_id, number, len(left)
+        )
+    run_record.catch_up(engine, job_id, run, number)
+    return run_record.newest_intact_checkpoint(engine, job_id, run) if number > 1 else None
+
+
+# --- supervising --------------------------------------------------------------------------------
+
+
+def supervise(a: Attempt) -> str:
+    """Watch the attempt until its ranks exit or must be stopped, then write its outcome.
+
+    A supervisor that was replaced (the row is a later attempt's: it was frozen, or cut off, and
+    recovery gave the job to another worker) stops its ranks and writes nothing; any other error
+    stops the ranks and records why, so no rank ever trains unsupervised."""
+    watch: Watcher | None = None
+    try:
+        watch = Watcher(a)
+        ended = _watch_until_ended(watch)
+        watch.read_events()  # what the ranks wrote on their way out (final checkpoint, stopped, failed)
+        return _record_outcome(a, watch, ended)
+    except jobs.FencedOut:
+        return _fenced_out(a)
+    except Exception as exc:
+        return _supervisor_failed(a, exc)
+    finally:
+        attempt_ended(a, watch)
+
+
+def attempt_ended(a: Attempt, watch: Watcher | None) -> None:
+    """The one place node 0's attempt ends, whatever its outcome (its ranks are gone by now): release
+    what the attempt held on this host beyond its processes."""
+    if watch is not None:
+        watch.resources.close()
+
+
+def _watch_until_ended(watch: Watcher) -> Ended:
+    """Poll until the ranks exit on their own, or stop them when what was seen says so."""
+    a = watch.a
+    limits = Limits(a.number, a.spec.stall_timeout_s, a.settings.startup_timeout_s)
+    while True:
+        watch.read_events()
+        if a.proc.poll() is not None:
+            return Ended(procs.wait_gone(a.proc, a.mark))
+        seen = watch.look(time.monotonic())
+        reason = stop_reason(seen, limits)
+        if reason is StopReason.replaced:
+            raise jobs.FencedOut(a.job_id, a.number)
+        if reason is not None:
+            code = procs.stop(a.proc, a.mark, grace_s(a.settings.cancel_grace_s, reason))
+            return Ended(code, reason, stop_note(reason, seen, limits))
+        time.sleep(a.settings.poll_s)
+
+
+def _fenced_out(a: Attempt) -> str:
+    code = procs.stop(a.proc, a.mark, a.settings.cancel_grace_s)
+    log.warning(
+        "job %s: attempt %s was replaced by a later attempt; its ranks stopped (exit %s)", a.job_id, a.number, code
+    )
+    return f"job {a.job_id}: attempt {a.number} replaced by a later attempt; ranks stopped, nothing written"
+
+
+def _supervisor_failed(a: Attempt, exc: Exception) -> str:
+    """An unexpected error in supervision: stop the ranks (they checkpoint), then fail or restart the job
+    saying what went wrong, fenced like every other write."""
+    log.exception("job %s attempt %s: supervision failed; stopping its ranks", a.job_id, a.number)
+    code = procs.stop(a.proc, a.mark, a.settings.cancel_grace_s)
+    message = f"the worker's supervisor failed ({type(exc).__name__}: {exc}); the ranks were stopped"
+    try:
+        _check_fence(a)
+        failure = errors.Failure(message=message[:2000], exit_code=code)
+        outcome = decide_restart_or_fail(_standing(a), failure, _peer_lost_during(a), _latest_checkpoint(a))
+        return apply(a.engine, a.job_id, a.number, outcome)
+    except Exception:  # the database too: recovery finds the job by its stale heartbeat
+        log.exception("job %s: recording the supervisor's failure failed", a.job_id)
+        return f"job {a.job_id}: supervisor failed; ranks stopped, outcome not recorded"
+
+
+def _check_fence(a: Attempt) -> None:
+    """Raise FencedOut when the row is another attempt's (read before writing an outcome)."""
+    status, attempt = jobs.status_and_attempt(a.engine, a.job_id)
+    if status is not None and attempt != a.number:
+        raise jobs.FencedOut(a.job_id, a.number)
+
+
+# --- the outcome --------------------------------------------------------------------------------
+
+
+def _record_outcome(a: Attempt, watch: Watcher, ended: Ended) -> str:
+    """Write the last events and the outcome, retrying for DB_RETRY_S while the database is unreachable."""
+    deadline = time.monotonic() + DB_RETRY_S
+    while True:
+        try:
+            watch.write_pending()
+            fold_rollups(a.engine, a.job_id)
+            _check_fence(a)
+            return apply(a.engine, a.job_id, a.number, _decide(a, watch, ended))
+        except DBAPIError:
+            if time.monotonic() > deadline:
+                raise
+            log.warning("job %s: database unavailable while recording the outcome; retrying", a.job_id)
+            time.sleep(2.0)
+
+
+def _decide(a: Attempt, watch: Watcher, ended: Ended) -> Outcome:
+    """Gather what the decision needs (only what its path reads: a peer's verdict may take seconds), then decide."""
+    seen = watch.ingestor.seen
+    finished = seen.finished
+    facts = Facts(
+        finished=finished,
+        failed_event=seen.failed,
+        diagnosed=errors.diagnose(a.run, a.number, a.launcher_log, ended.exit_code)
+        if failed_on_its_own(ended, finished)
+        else None,
+        trouble=run_record.run_dir_trouble(a.run) if failed_on_its_own(ended, finished) else None,
+        hole=run_record.hole_in_record(a.run, expect_finished=not a.spec.is_script)
+        if looks_finished(ended, finished)
+        else None,
+        peer_lost=_peer_lost_during(a) if may_restart(ended, finished) else None,
+        preempt_for=jobs.live_view(a.engine, a.job_id)[2] if ended.stopped_for is StopReason.preempt else None,
+        latest_checkpoint=_latest_checkpoint(a),
+    )
+    return decide(_standing(a), ended, facts)
+
+
+def _standing(a: Attempt) -> Standing:
+    return Standing(a.number, a.restarts_used, a.spec.max_restarts, a.host_losses, a.settings.max_host_losses)
+
+
+def _latest_checkpoint(a: Attempt) -> str | None:
+    """The newest checkpoint to resume from, relative to the run dir (named in a failed job's error)."""
+    latest = run_record.latest_checkpoint(a.engine, a.job_id, a.run)
+    return str(latest.relative_to(a.run.root.resolve())) if latest is not None else None
+
+
+def _peer_lost_during(a: Attempt) -> str | None:
+    """For a multi-node attempt whose ranks failed: did another node's host die (its ranks' loss broke
+    ours)? Its heartbeat tells within a few beats; wait that long for the verdict."""
+    if not a.layout.peers:
+        return None
+    deadline = time.monotonic() + peer_window_s(a.settings) + a.settings.heartbeat_s
+    while True:
+        silent = silent_peer(a)
+        if silent is not None or time.monotonic() >= deadline:
+            return silent
+        time.sleep(min(1.0, a.settings.heartbeat_s))

@@ -1,0 +1,176 @@
+"""Node 0's look at a running attempt: read what the ranks wrote, beat the job's heart, and say what was
+seen as a value (`Seen`); worker/stop_reason.py decides from it whether to stop the ranks.
+
+The watcher keeps the loop's state: events read but not yet written (the database may be down),
+whether this attempt's `started` event was seen (it arms the stall watchdog), and the times of the
+last sign of life, heartbeat, peer check and rollup fold. TensorBoard scalars (worker/tensorboard.py)
+and the job's `sys/…` samples wait in `pending_tb`; a script job's log output counts as a sign of life
+like an event.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
+from sqlmodel import Session
+
+from core import hosts, jobs
+from core.settings import Settings
+from core.tables import JobStatus
+from trainer.event_types import EventType
+from worker import drain, script_jobs
+from worker.attempt import Attempt, Seen
+from worker.ingest import EventTail, Ingestor
+from worker.resources import ResourceWatch
+from worker.tensorboard import TensorBoardTail
+
+log = logging.getLogger("rankzero.worker")
+S = JobStatus
+FOLD_EVERY_S = 2.0
+
+
+def fold_rollups(engine: Engine, job_id: int) -> None:
+    """Fold new points into the API's min/max rollups now, so a chart read never pays for it."""
+    try:
+        from core import metric_rollup
+
+        with Session(engine) as s:
+            metric_rollup.refresh(s, job_id)
+            s.commit()
+    except Exception:  # a read folds whatever is left; never fail a job over a summary
+        log.exception("job %s: folding metric rollups failed", job_id)
+
+
+def peer_window_s(settings: Settings) -> float:
+    """How long another node's host may go without a heartbeat before node 0 gives it up: a few of its
+    beats (worker/lifecycle.py beats every heartbeat_s), much less than the job-level stale threshold."""
+    return max(3.0 * settings.heartbeat_s, 3.0)
+
+
+def silent_peer(a: Attempt) -> str | None:
+    """The first of the other nodes' hosts whose heartbeat stopped (None: all alive)."""
+    alive = hosts.alive_names(a.engine, list(a.layout.peers), peer_window_s(a.settings))
+    return next((h for h in a.layout.peers if h not in alive), None)
+
+
+class Watcher:
+    def __init__(self, a: Attempt) -> None:
+        self.a = a
+        self.tail = EventTail(a.run.events)
+        self.ingestor = Ingestor(a.engine, a.job_id, a.run.root, attempt=a.number)
+        self.pending: list[dict[str, Any]] = []
+        self.tensorboard = TensorBoardTail(a.run.tensorboard)
+        self.pending_tb: list[dict[str, Any]] = []
+        self.output_bytes = 0
+        self.launched_at = time.time()
+        self.started = False
+        self.last_beat = self.last_event = self.last_fold = time.monotonic()
+        self.heartbeat_mtime = 0.0  # of the ranks' heartbeat file (trainer/train.py `_beat`)
+        self._notice_heartbeat()  # an earlier attempt's last beat is not this one's life
+        self.started, self.last_event = False, time.monotonic()
+        self.last_step: int | None = None
+        self.status: JobStatus | None = S.running
+        self.attempt = a.number
+        self.preempt_for: int | None = None  # the job the scheduler stops us for
+        self.resources = ResourceWatch(
+            a.mark,
+            memory_limit_mb=a.spec.memory_limit_mb,
+            gpus=list(a.layout.gpus) or None,
+            interval_s=a.settings.heartbeat_s,
+            settings=a.settings,
+        )
+        self.over_limit: str | None = None
+        self.lost_peer: str | None = None  # another node's host that went silent
+        self.last_peer_check = time.monotonic()
+
+    # --- reading what the ranks wrote -------------------------------------------------------------
+
+    def read_events(self) -> None:
+        events = self.tail.read()
+        if events:
+            self.pending.extend(events)
+            self.last_event = time.monotonic()
+            self.started = self.started or any(self._is_this_start(e) for e in events)
+            steps = [e["step"] for e in events if isinstance(e.get("step"), int)]
+            self.last_step = max(steps) if steps else self.last_step
+        self._notice_heartbeat()
+        self.pending_tb.extend(self.tensorboard.read())
+        sample = self.resources.poll(time.monotonic(), self.last_step or 0)
+        if sample is not None:
+            self.pending_tb.extend(sample.events())  # sys/... series, beside the training ones
+            self.over_limit = sample.over_limit
+        if self.a.spec.is_script:
+            self._notice_output()
+
+    def _notice_output(self) -> None:
+        """A script that writes no events is alive while its logs grow (its first output arms the watchdog)."""
+        size = script_jobs.output_size(self.a.run, self.a.number)
+        if size != self.output_bytes:
+            self.output_bytes = size
+            self.last_event = time.monotonic()
+            self.started = True
+
+    def _notice_heartbeat(self) -> None:
+        """Rank 0 touches the heartbeat file every step (at most once a second): life, whatever log_every is."""
+        try:
+            mtime = self.a.run.heartbeat.stat().st_mtime
+        except OSError:
+            return
+        if mtime > self.heartbeat_mtime:
+            self.heartbeat_mtime = mtime
+            self.last_event = time.monotonic()
+            self.started = True
+
+    def _is_this_start(self, ev: dict[str, Any]) -> bool:
+        """This attempt's `started` (an earlier attempt's is older than its launch)."""
+        return ev.get("type") == EventType.started and float(ev.get("time", 0)) >= self.launched_at - 1
+
+    # --- the database -----------------------------------------------------------------------------
+
+    def look(self, now: float) -> Seen:
+        """Write pending events, beat the heart, read the row; return what was seen. A database that is
+        down reads as the row last seen: the ranks carry on and the events wait in `pending`."""
+        a = self.a
+        try:
+            self._write_pending(now)
+            self.status, self.attempt, self.preempt_for = jobs.live_view(a.engine, a.job_id)
+            if self.status is None or self.attempt == a.number:
+                if now - self.last_beat >= a.settings.heartbeat_s:
+                    jobs.touch_live(a.engine, a.job_id, attempt=a.number)
+                    self.last_beat = now
+                if a.layout.peers and now - self.last_peer_check >= a.settings.heartbeat_s:
+                    self.lost_peer = silent_peer(a)
+                    self.last_peer_check = now
+        except DBAPIError as exc:
+            log.warning("job %s: database unavailable, retrying (%s)", a.job_id, type(exc).__name__)
+            self.status, self.attempt = S.running, a.number
+        return Seen(
+            status=self.status,
+            attempt=self.attempt,
+            preempt_for=self.preempt_for,
+            draining=drain.draining(a.settings),
+            over_limit=self.over_limit,
+            lost_peer=self.lost_peer,
+            started=self.started,
+            quiet_s=now - self.last_event,
+            last_step=self.last_step,
+        )
+
+    def write_pending(self) -> int:
+        """Write what was read (events, then TensorBoard scalars); return the new metric points."""
+        new = self.ingestor.ingest(self.pending) if self.pending else 0
+        self.pending = []
+        if self.pending_tb:
+            new += self.ingestor.ingest_metrics(self.pending_tb)
+            self.pending_tb = []
+        return new
+
+    def _write_pending(self, now: float) -> None:
+        new = self.write_pending()
+        if new and now - self.last_fold > FOLD_EVERY_S:
+            fold_rollups(self.a.engine, self.a.job_id)
+            self.last_fold = now
