@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from core.capacity import host_gpus
+from core.placement_record import PlacedNode
 from core.settings import Settings
 
 
@@ -82,11 +83,11 @@ class StoppedWaiting(Exception):
     """The node's job left its placement (cancelled, placed again, ended) while its GPUs were released."""
 
 
-def lease_node(settings: Settings, node: dict, *, keep_waiting: Callable[[], bool]) -> GpuLease | None:
+def lease_node(settings: Settings, node: PlacedNode, *, keep_waiting: Callable[[], bool]) -> GpuLease | None:
     """The lease of a placed node's GPUs (None: a CPU node, nothing to hold). Raises StoppedWaiting."""
-    if not node.get("gpus"):
+    if not node.gpus:
         return None
-    lease = lease_exact(settings, [str(g) for g in node["gpus"]], keep_waiting=keep_waiting)
+    lease = lease_exact(settings, list(node.gpus), keep_waiting=keep_waiting)
     if lease is None:
         raise StoppedWaiting
     return lease
