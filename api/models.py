@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from core.placement_record import BadPlacement, JobPlacement, read_placement
 from core.tables import Checkpoint, Job, JobStatus, JobTransition
 from trainer.spec import JobSpec
 
@@ -38,10 +39,8 @@ class JobPublic(BaseModel):
     global_batch_size: int
     priority: int = 0
     pending_reason: str | None = Field(None, description="Why a queued job waits (the scheduler's words).")
-    placement: dict[str, Any] | None = Field(
-        None,
-        description="Where the scheduler put the job: nodes [{host, node_rank, gpus, slots, address}], nproc "
-        "(ranks per node; below spec.nproc when elastic fit started it smaller), accumulation_steps.",
+    placement: JobPlacement | None = Field(
+        None, description="Where the scheduler put the job (null while it waits unplaced, and once it ended)."
     )
     host_losses: int = Field(0, description="Times the job resumed after losing a host (not counted as restarts).")
     restarts_used: int = Field(0, description="Failed attempts restarted so far (spec.max_restarts bounds them).")
@@ -73,16 +72,17 @@ class JobPublic(BaseModel):
             global_batch_size=global_batch,
             priority=job.priority or 0,
             pending_reason=job.pending_reason if job.status == JobStatus.queued else None,
-            placement=_public_placement(job.placement),
+            placement=_public_placement(job),
             host_losses=job.host_losses or 0,
             restarts_used=job.restarts_used or 0,
         )
 
 
-def _public_placement(placed: dict[str, Any] | None) -> dict[str, Any] | None:
-    if not placed:
+def _public_placement(job: Job) -> JobPlacement | None:
+    try:
+        return read_placement(job)
+    except BadPlacement:  # damaged by hand: show the job without it rather than fail the listing
         return None
-    return {k: placed.get(k) for k in ("nodes", "nproc", "accumulation_steps")}
 
 
 def _finite(value: float | None) -> float | None:
@@ -253,3 +253,36 @@ class PriorityChange(BaseModel):
     model_config = {"extra": "forbid"}
 
     priority: int = Field(ge=-1000, le=1000, description="Higher runs first.")
+
+
+class StateSets(BaseModel):
+    """Job states by what they mean, each in lifecycle order (core/job_state.py is their one home)."""
+
+    all: list[JobStatus] = Field(description="Every state, in the order a job goes through them.")
+    terminal: list[JobStatus] = Field(description="Finished: nothing changes any more.")
+    live: list[JobStatus] = Field(description="A worker supervises the job's ranks.")
+    holding: list[JobStatus] = Field(description="The job holds (or is placed on) capacity: GET /api/hosts counts it.")
+    cancellable: list[JobStatus] = Field(description="POST /api/jobs/{id}/cancel acts on these.")
+
+
+class PointsLimit(BaseModel):
+    min: int
+    max: int
+    default: int
+
+
+class ServerLimits(BaseModel):
+    """The bounds the routes enforce (a request past them gets 422): clients size their requests by them."""
+
+    jobs_page: int = Field(description="Most jobs per GET /api/jobs page (`limit`).")
+    metric_names: int = Field(description="Most series names (`name`) per GET /api/jobs/{id}/metrics request.")
+    metric_name_chars: int = Field(description="Longest series name accepted there.")
+    metric_points: PointsLimit = Field(description="`max_points` of GET /api/jobs/{id}/metrics.")
+    log_bytes: int = Field(description="Most bytes one GET /api/jobs/{id}/logs read returns (`limit`, `tail`).")
+
+
+class Meta(BaseModel):
+    """What clients would otherwise copy from the server: state sets and request limits (GET /api/meta)."""
+
+    states: StateSets
+    limits: ServerLimits

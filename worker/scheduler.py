@@ -29,6 +29,7 @@ from sqlmodel import Session
 
 from core import hosts, jobs, placement, queue, wake
 from core.db import db_now, get_engine, now_sql
+from core.job_state import HOLDING
 from core.placement_record import BadPlacement, JobPlacement, read_placement
 from core.settings import Settings
 from core.tables import Job, JobStatus, SchedulerLease
@@ -36,7 +37,6 @@ from trainer.spec import JobSpec
 
 log = logging.getLogger("rankzero.scheduler")
 S = JobStatus
-HOLDING = (S.queued, S.starting, S.running, S.cancelling)
 
 
 class Leadership:
@@ -155,7 +155,7 @@ def _read(engine: Engine, settings: Settings) -> _State:
             select(
                 Job.id, Job.status, Job.queue, Job.priority, Job.created_at, Job.spec, Job.placement,
                 Job.placement_id, Job.pending_reason,
-            ).where(Job.status.in_(HOLDING))  # type: ignore[attr-defined]
+            ).where(Job.status.in_(list(HOLDING)))  # type: ignore[attr-defined]
         ).all()  # fmt: skip
     for job_id, status, pool, priority, created, raw, placed, placement_id, reason in rows:
         try:

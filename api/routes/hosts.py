@@ -12,22 +12,27 @@ from api.deps import SettingsDep
 from api.models import HostJob, HostPublic
 from core import hosts
 from core.db import get_read_engine
-from core.tables import Job, JobStatus
+from core.job_state import HOLDING
+from core.placement_record import BadPlacement, read_placement
+from core.tables import Job
 
 router = APIRouter(tags=["hosts"])
-HOLDING = (JobStatus.queued, JobStatus.starting, JobStatus.running, JobStatus.cancelling)
 
 
 def _placed_jobs(session: Session) -> dict[str, list[tuple[HostJob, list[str], int]]]:
     """Per host: the jobs placed there now, with the GPUs and slots each node holds."""
     by_host: dict[str, list[tuple[HostJob, list[str], int]]] = defaultdict(list)
     rows = session.execute(
-        select(Job.id, Job.name, Job.placement).where(Job.status.in_(HOLDING), Job.placement.isnot(None))  # type: ignore[attr-defined,union-attr]
+        select(Job.id, Job.name, Job.placement).where(Job.status.in_(list(HOLDING)), Job.placement.isnot(None))  # type: ignore[attr-defined,union-attr]
     ).all()
     for job_id, name, placed in rows:
-        for node in (placed or {}).get("nodes", []):
-            entry = HostJob(id=job_id, name=name, node_rank=int(node.get("node_rank", 0)))
-            by_host[str(node.get("host"))].append((entry, [str(g) for g in node.get("gpus", [])], int(node["slots"])))
+        try:
+            record = read_placement(placed)
+        except BadPlacement:  # damaged by hand: the scheduler places it again; count nothing for it here
+            continue
+        for node in record.nodes if record else ():
+            entry = HostJob(id=job_id, name=name, node_rank=node.node_rank)
+            by_host[node.host].append((entry, list(node.gpus), node.slots))
     return by_host
 
 

@@ -23,6 +23,7 @@ from trainer.spec import JobSpec
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["jobs"])
+MAX_PAGE, DEFAULT_PAGE = 500, 50  # GET /api/jobs `limit` (published by GET /api/meta)
 
 
 IdempotencyKey = Annotated[
@@ -130,7 +131,7 @@ def list_jobs(
         str | None,
         Query(max_length=100, pattern=r"^[A-Za-z0-9._-]*$", description="Only jobs whose name contains this text."),
     ] = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE,
     offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
 ) -> Response:
     """Jobs, newest first."""

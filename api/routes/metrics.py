@@ -12,6 +12,10 @@ from core import metric_rollup
 
 router = APIRouter(tags=["metrics"])
 MAX_STEP = 2**62
+# Published to clients by GET /api/meta (the dashboard reads them there instead of copying them).
+MAX_NAMES = 20  # series names per request
+MAX_NAME_CHARS = 200
+MIN_POINTS, MAX_POINTS, DEFAULT_POINTS = 10, 100_000, 2000
 
 
 @router.get("/jobs/{job_id}/metrics", response_model=MetricsResponse, responses={404: {"model": ErrorDetail}})
@@ -19,11 +23,16 @@ def get_metrics(
     job_id: JobId,
     session: SessionDep,
     name: Annotated[
-        list[str] | None, Query(max_length=20, description="Series names (repeatable); none: every series.")
+        list[str] | None, Query(max_length=MAX_NAMES, description="Series names (repeatable); none: every series.")
     ] = None,
     max_points: Annotated[
-        int, Query(ge=10, le=100_000, description="Most points per series; past it, each bucket keeps its min and max.")
-    ] = 2000,
+        int,
+        Query(
+            ge=MIN_POINTS,
+            le=MAX_POINTS,
+            description="Most points per series; past it, each bucket keeps its min and max.",
+        ),
+    ] = DEFAULT_POINTS,
     start_step: Annotated[int | None, Query(ge=0, le=MAX_STEP)] = None,
     end_step: Annotated[int | None, Query(ge=0, le=MAX_STEP)] = None,
 ) -> MetricsResponse:
@@ -32,13 +41,13 @@ def get_metrics(
         raise HTTPException(
             422, [{"loc": ["query", "end_step"], "msg": "end_step must be ≥ start_step", "type": "value_error"}]
         )
-    if name and any(len(n) > 200 or not n.isprintable() for n in name):
+    if name and any(len(n) > MAX_NAME_CHARS or not n.isprintable() for n in name):
         raise HTTPException(
             422,
             [
                 {
                     "loc": ["query", "name"],
-                    "msg": "series names are printable text of at most 200 characters",
+                    "msg": f"series names are printable text of at most {MAX_NAME_CHARS} characters",
                     "type": "value_error",
                 }
             ],
