@@ -1,4 +1,12 @@
-"""Starting torchrun for one attempt of a job: command line, environment, free rendezvous port."""
+"""Starting torchrun for one attempt of a job: command line, environment, rendezvous, sandbox.
+
+Rendezvous is torchrun's static one (issue 19 item 2): node 0's agent hosts a TCPStore at the
+master address and port, the others join it; nothing read back from the store is ever unpickled
+(torchrun's c10d rendezvous `pickle.loads` the state it reads, and the store has no authentication).
+A sandboxed single-node attempt has a network namespace of its own, so its master port is a fixed one
+nobody else can take; without the sandbox, or across nodes, it is a port found free just before.
+
+Every attempt runs in a sandbox (worker/sandbox.py) unless RANKZERO_SANDBOX=off."""
 
 from __future__ import annotations
 
@@ -19,7 +27,8 @@ from core.settings import Settings, get_settings
 from rankzero.env import JobEnv
 from trainer.entrypoint import Entrypoint, parse_entrypoint
 from trainer.run_dir import RunDir
-from worker.bundles import pythonpath_first
+from worker import sandbox
+from worker.bundles import cache_dir, pythonpath_first
 from worker.script_jobs import script_workdir
 
 MARK_ENV = "RANKZERO_JOB_MARK"  # every rank inherits it: lets us find ranks torchrun put in new sessions
@@ -57,8 +66,12 @@ def die_with_supervisor() -> Callable[[], None] | None:
     return preexec
 
 
+SANDBOXED_MASTER_PORT = 29500  # torchrun's default; inside the attempt's own network namespace, always free
+
+
 def free_port() -> int:
-    """A TCP port nothing listens on now, for this attempt's c10d rendezvous (no two jobs share one)."""
+    """A TCP port nothing listens on now, for a rendezvous outside a network namespace of its own
+    (another process may still take it before torchrun binds it: `port_taken` tells that failure apart)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -68,22 +81,29 @@ def free_port() -> int:
 class Topology:
     """Where this torchrun sits in its job: ranks on this node, nodes, this node's rank, the rendezvous.
 
-    One node: the c10d store on 127.0.0.1 and a free port. Several: node 0 hosts the store at the
-    endpoint the scheduler's placement names (its address, a port free there), the others join it."""
+    One node: the store on 127.0.0.1 (in the sandbox's own network namespace). Several: node 0 hosts the
+    store at the endpoint its claim wrote (node 0's registered address, a port free there), the others
+    join it. torchrun's static rendezvous either way: no pickled state from the network."""
 
     nproc: int
     nnodes: int = 1
     node_rank: int = 0
-    endpoint: str | None = None  # host:port of node 0's c10d store (several nodes)
+    endpoint: str | None = None  # host:port of node 0's store (several nodes)
+
+    @property
+    def several(self) -> bool:
+        return self.nnodes > 1 and self.endpoint is not None
 
     def rendezvous_args(self, port: int) -> list[str]:
-        if self.nnodes == 1 or self.endpoint is None:
-            return ["--nnodes=1", f"--rdzv-endpoint=127.0.0.1:{port}"]
+        if not self.several:
+            return ["--nnodes=1", "--node-rank=0", "--master-addr=127.0.0.1", f"--master-port={port}"]
+        assert self.endpoint is not None
+        address, _, master_port = self.endpoint.rpartition(":")
         return [
             f"--nnodes={self.nnodes}",
             f"--node-rank={self.node_rank}",
-            f"--rdzv-endpoint={self.endpoint}",
-            f"--rdzv-conf=is_host={'true' if self.node_rank == 0 else 'false'}",
+            f"--master-addr={address.strip('[]')}",
+            f"--master-port={master_port}",
         ]
 
 
@@ -117,7 +137,7 @@ def build_command(
         sys.executable, "-m", "torch.distributed.run",
         *topo.rendezvous_args(port),
         f"--nproc-per-node={topo.nproc}",
-        "--rdzv-backend=c10d",
+        "--rdzv-backend=static",  # never c10d: it unpickles what it reads from an unauthenticated store
         f"--rdzv-id=rankzero-{job_id}-{attempt}",
         "--max-restarts=0",  # restarts are the worker's business (spec.max_restarts), from a checkpoint
         f"--log-dir={node_log_dir(run, attempt, topo.node_rank)}",
@@ -217,26 +237,94 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
         tmp = run.spec.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(spec, indent=2))
         tmp.replace(run.spec)
-    port = free_port()
+    sandboxed = settings.sandbox == "on"
+    port = SANDBOXED_MASTER_PORT if sandboxed and not topo.several else free_port()
     mark = f"{job_id}-{attempt}-{uuid.uuid4().hex}"
     node = "" if topo.node_rank == 0 else f".node_{topo.node_rank}"
     launcher_log = run.logs / f"attempt_{attempt}{node}.torchrun.log"
-    env = rank_env(mark, cuda_visible_devices, settings, job_env(run, spec, job_id, attempt, settings))
-    with open(launcher_log, "ab") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "worker.rank_guard",
-                str(settings.cancel_grace_s),
-                *build_command(run, job_id, attempt, topo, port, entry),
-            ],  # fmt: skip
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=pythonpath_first(env, code_dir),
-            cwd=cwd,
-            start_new_session=True,  # its own process group: a signal to the group reaches torchrun, never us
-            preexec_fn=die_with_supervisor(),
-        )
+    env = pythonpath_first(
+        rank_env(mark, cuda_visible_devices, settings, job_env(run, spec, job_id, attempt, settings)), code_dir
+    )
+    guarded = [str(settings.cancel_grace_s), *build_command(run, job_id, attempt, topo, port, entry)]
+    if not sandboxed:
+        with open(launcher_log, "ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "worker.rank_guard", *guarded],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,  # its own process group: a signal to the group reaches torchrun, never us
+                preexec_fn=die_with_supervisor(),
+            )
+        return Launched(proc=proc, mark=mark, port=port, log_dir=log_dir, launcher_log=launcher_log)
+    box = sandbox.prepare(
+        sandbox_view(run, cwd, code_dir, settings, env, several=topo.several),
+        mark,
+        memory_limit_mb(spec, settings),
+        settings.sandbox_pids_max,
+    )
+    env["HOME"] = env["TMPDIR"] = sandbox.SANDBOX_TMP  # the worker's own are not in the job's view
+    try:
+        with open(launcher_log, "ab") as out:
+            proc = subprocess.Popen(
+                box.command([sys.executable, "-m", "worker.sandbox_guard", str(box.watch_read), *guarded]),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,  # its own process group: a signal to the group reaches torchrun, never us
+                preexec_fn=box.preexec(),
+                pass_fds=(box.watch_read,),
+            )
+    except BaseException:
+        box.started(None)
+        sandbox.end(mark)
+        raise
+    box.started(proc)
     return Launched(proc=proc, mark=mark, port=port, log_dir=log_dir, launcher_log=launcher_log)
+
+
+def memory_limit_mb(spec: dict, settings: Settings) -> int | None:
+    """The job's memory limit, for the kernel to enforce: its spec's, else the server's default."""
+    own = spec.get("memory_limit_mb")
+    return own if isinstance(own, int) and own > 0 else settings.job_memory_limit_mb
+
+
+def sandbox_view(
+    run: RunDir, cwd: Path, code_dir: Path | None, settings: Settings, env: dict[str, str], *, several: bool
+) -> sandbox.View:
+    """What the attempt sees (worker/sandbox.py): its run dir, its bundle, the data sets, the runtime."""
+    datasets = settings.resolved_datasets_dir
+    datasets.mkdir(parents=True, exist_ok=True)
+    return sandbox.View(
+        run_dir=run.root.resolve(),
+        cwd=cwd.resolve(),
+        code_dir=code_dir.resolve() if code_dir is not None else None,
+        datasets_dir=datasets,
+        dataset_roots=tuple(r for r in settings.dataset_root_dirs if r != datasets),
+        runtime_dirs=sandbox.runtime_dirs(env.get("PYTHONPATH", "")),
+        hidden=(settings.data_dir.resolve(), settings.resolved_runs_dir, cache_dir(settings).resolve()),
+        host_network=several,
+        devices=sandbox.gpu_devices(),
+        as_root=os.geteuid() == 0,
+        system=sandbox.system_dirs(),
+    )
+
+
+# How torchrun's log reads when the master port was taken between `free_port()` and its bind.
+PORT_TAKEN_WORDS = ("EADDRINUSE", "Address already in use", "address already in use")
+
+
+def port_taken(launcher_log: Path) -> bool:
+    """Did this attempt fail because its rendezvous port was taken by another process (not the job's
+    fault: the supervisor retries on a fresh port without counting it against max_restarts)?"""
+    try:
+        with open(launcher_log, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 65536))
+            tail = fh.read().decode(errors="replace")
+    except OSError:
+        return False
+    return any(w in tail for w in PORT_TAKEN_WORDS)

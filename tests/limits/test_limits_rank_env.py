@@ -73,8 +73,10 @@ def test_the_real_trainer_ranks_see_no_secrets(worker_env, monkeypatch, tmp_path
 
     monkeypatch.delenv("RANKZERO_TRAINER_MODULE")  # the real trainer; the model factory records the env
     run = RunDir(tmp_path / "runs" / "job_2")
+    run.root.mkdir(parents=True)
+    out = run.root  # the job's own run dir: the one place its code may write (worker/sandbox.py)
     spec = {
-        "name": "env", "model": {"name": "limits_env_model:make_model", "args": {"out": str(tmp_path)}},
+        "name": "env", "model": {"name": "limits_env_model:make_model", "args": {"out": str(out)}},
         "data": {"name": "synthetic", "args": {"num_samples": 64, "num_features": 8, "num_classes": 3}},
         "batch_size": 8, "nproc": 2, "device": "cpu", "max_steps": 2, "checkpoint": {"every_epochs": None},
     }  # fmt: skip
@@ -85,7 +87,7 @@ def test_the_real_trainer_ranks_see_no_secrets(worker_env, monkeypatch, tmp_path
         if launched.proc.poll() is None:
             launched.proc.kill()
     for rank in (0, 1):
-        env = json.loads((tmp_path / f"model_env_rank_{rank}.json").read_text())
+        env = json.loads((out / f"model_env_rank_{rank}.json").read_text())
         assert env["RANK"] == str(rank)
         leaked = [name for name, value in SECRETS.items() if name in env or value in json.dumps(env)]
         assert not leaked, f"rank {rank} got {leaked}"

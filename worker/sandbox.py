@@ -1,0 +1,292 @@
+"""A job is a sandbox: every attempt's processes run under bubblewrap (Debian's `bwrap`) in their own
+mount, pid, IPC and UTS namespaces (and a user namespace where the worker is not root), with every
+capability dropped, and in one cgroup (worker/sandbox_cgroup.py). docs/security.md "The job sandbox".
+
+What an attempt sees (`View`, turned into bwrap's arguments by the pure `bwrap_args`):
+- read-only: the system dirs (/usr, /etc, ...), the Python environment and the service's code, the
+  job's own unpacked bundle, the extra data set roots;
+- read-write: its own run dir, the datasets dir (built-in downloads, under their once-per-host lock),
+  a private /tmp (also $HOME) and /dev/shm;
+- nothing else: not the data dir (the token file, the SQLite database), not the runs dir (other
+  jobs' run dirs, the bundle store), not the bundle cache; a /proc of its own pid namespace only (the
+  worker's environ, its pid: out of sight and out of reach of signals and ptrace).
+A single-node attempt also gets a network namespace with loopback only: no port it opens (the
+rendezvous store, gloo, NCCL's bootstrap, a listener of the script's) is reachable from outside.
+A multi-node attempt shares the host's network (its ranks must reach the other hosts).
+
+How it ends: bwrap runs with --die-with-parent, so when its outer process exits (the job's main
+process exited, or it was killed) the kernel kills every process of the pid namespace, escaped or
+not; `end(mark)` then kills whatever is left in the attempt's cgroup and removes it. The worker's
+death reaches the job through a pipe (worker/sandbox_guard.py), not the parent-death signal, which
+cannot cross bwrap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from worker import sandbox_cgroup
+
+log = logging.getLogger(__name__)
+
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
+SANDBOX_TMP = "/tmp"  # private tmpfs; also the ranks' $HOME (the real one is not in the view)
+NOT_ISOLATED = (
+    "this job is not isolated: the worker runs with RANKZERO_SANDBOX=off, so the job's code can read the "
+    "worker's files and secrets and reach its ports (docs/security.md)"
+)
+HOW_TO_ENABLE = (
+    "install bubblewrap (`apt-get install bubblewrap`, `make sandbox`); in a container give the worker "
+    "the capabilities docs/security.md names (docker-compose.yml does); or, knowing that jobs then run "
+    "unisolated as the worker itself, set RANKZERO_SANDBOX=off"
+)
+
+
+class SandboxUnavailable(RuntimeError):
+    """The host allows no sandbox and RANKZERO_SANDBOX is not off: the worker refuses to start."""
+
+
+@dataclass(frozen=True)
+class View:
+    """What one attempt's processes see of the host's filesystem and network."""
+
+    run_dir: Path  # read-write
+    cwd: Path
+    code_dir: Path | None = None  # read-only (the job's unpacked bundle)
+    datasets_dir: Path | None = None  # read-write (built-in downloads)
+    dataset_roots: tuple[Path, ...] = ()  # read-only
+    runtime_dirs: tuple[Path, ...] = ()  # read-only: the Python environment, the service's code
+    hidden: tuple[Path, ...] = ()  # masked wherever a read-only bind would show them (data dir, runs dir)
+    host_network: bool = False  # False: a network namespace with loopback only
+    devices: tuple[Path, ...] = ()  # GPU device nodes
+    as_root: bool = True  # False: a user namespace too
+    system: tuple[tuple[str, str | None], ...] = field(default=())  # (path, symlink target or None)
+
+
+def _under(path: Path, base: Path) -> bool:
+    return path == base or base in path.parents
+
+
+def bwrap_args(view: View) -> list[str]:
+    """bwrap's options for `view` (pure: the caller found the system dirs, devices and paths)."""
+    return [*_namespace_args(view), *_mount_args(view), "--chdir", str(view.cwd)]
+
+
+def _namespace_args(view: View) -> list[str]:
+    args = ["--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    if not view.host_network:
+        args.append("--unshare-net")
+    if not view.as_root:
+        args.append("--unshare-user")
+    return [*args, "--cap-drop", "ALL"]
+
+
+def _mount_args(view: View) -> list[str]:
+    """Order matters: bwrap mounts in order, so the masks come after the read-only binds they cover and
+    the job's own dirs after the masks (their mount points are then made in the mask's tmpfs)."""
+    args: list[str] = []
+    shown: list[Path] = []
+    for path, target in view.system:
+        args += ["--symlink", target, path] if target is not None else ["--ro-bind", path, path]
+        shown += [Path(path)] if target is None else []
+    args += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", "/sys", "/sys", "--tmpfs", SANDBOX_TMP]
+    for d in view.runtime_dirs:
+        args += ["--ro-bind", str(d), str(d)]
+        shown.append(d)
+    args += [a for h in view.hidden if any(_under(h, s) for s in shown) for a in ("--tmpfs", str(h))]
+    args += [a for dev in view.devices for a in ("--dev-bind", str(dev), str(dev))]
+    if view.datasets_dir is not None:
+        args += ["--bind", str(view.datasets_dir), str(view.datasets_dir)]
+    args += [a for root in view.dataset_roots for a in ("--ro-bind-try", str(root), str(root))]
+    if view.code_dir is not None:
+        args += ["--ro-bind", str(view.code_dir), str(view.code_dir)]
+    return [*args, "--bind", str(view.run_dir), str(view.run_dir)]
+
+
+def system_dirs(names: Iterable[str] = SYSTEM_DIRS) -> tuple[tuple[str, str | None], ...]:
+    """The system dirs this host has: a symlink (`/bin -> usr/bin`) is made as one, a dir bound read-only."""
+    found: list[tuple[str, str | None]] = []
+    for name in names:
+        p = Path(name)
+        if p.is_symlink():
+            found.append((name, os.readlink(p)))
+        elif p.is_dir():
+            found.append((name, None))
+    return tuple(found)
+
+
+def gpu_devices() -> tuple[Path, ...]:
+    return tuple(sorted(Path("/dev").glob("nvidia*")))
+
+
+def _minimal(paths: Iterable[Path]) -> tuple[Path, ...]:
+    """The paths without those inside another one (one bind covers them)."""
+    unique = sorted({p for p in paths if p.exists()}, key=lambda p: len(p.parts))
+    kept: list[Path] = []
+    for p in unique:
+        if not any(_under(p, k) for k in kept):
+            kept.append(p)
+    return tuple(kept)
+
+
+def runtime_dirs(pythonpath: str) -> tuple[Path, ...]:
+    """The Python environment (venv, its base interpreter), the service's code (trainer, rankzero, the
+    worker's sandbox guard) and the PYTHONPATH entries the ranks get, each resolved: read-only."""
+    repo = Path(__file__).resolve().parent.parent
+    candidates = [
+        Path(sys.prefix),
+        Path(sys.base_prefix),
+        Path(sys.executable).resolve().parent.parent,
+        repo,
+        *(Path(p) for p in pythonpath.split(os.pathsep) if p),
+    ]
+    resolved = [p.resolve() for p in candidates] + [p.absolute() for p in candidates]
+    return _minimal(p for p in resolved if not any(_under(p, Path(s)) for s in ("/usr", "/etc")))
+
+
+# --- is there a sandbox here? --------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def probe() -> str | None:
+    """None when this host can sandbox jobs; else one line saying why not."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bubblewrap (bwrap) is not installed"
+    test = [bwrap, *bwrap_args(View(run_dir=Path("/tmp"), cwd=Path("/"), system=system_dirs(),
+                                    as_root=os.geteuid() == 0)), "true"]  # fmt: skip
+    try:
+        done = subprocess.run(test, capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap could not run ({exc})"
+    if done.returncode != 0:
+        why = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+        return f"bwrap cannot create namespaces here ({why[0]})"
+    return None
+
+
+@lru_cache(maxsize=1)
+def cgroups() -> sandbox_cgroup.Layout | None:
+    return sandbox_cgroup.detect()
+
+
+def check_host(sandbox_setting: str) -> str | None:
+    """At worker start: raise SandboxUnavailable when jobs cannot be sandboxed and the setting is not
+    'off'; return the warning to log when it is off (None: sandboxed)."""
+    if sandbox_setting == "off":
+        return NOT_ISOLATED
+    why = probe()
+    if why is not None:
+        raise SandboxUnavailable(f"the worker cannot sandbox jobs: {why}. To fix: {HOW_TO_ENABLE}")
+    if cgroups() is None:
+        log.warning(
+            "no writable cgroup (v1 memory+pids, or v2) for job cgroups: jobs run in namespaces, but their "
+            "memory limit is enforced by the worker's sampling only and no pids limit applies"
+        )
+    return None
+
+
+# --- one attempt --------------------------------------------------------------------------------
+
+
+@dataclass
+class Prepared:
+    """An attempt's sandbox before its launch: the cgroup made, the pipe whose end tells of the worker's death."""
+
+    mark: str
+    argv_prefix: list[str]
+    cgroup: sandbox_cgroup.AttemptCgroup | None
+    watch_read: int
+    watch_write: int
+
+    def command(self, inner: Sequence[str]) -> list[str]:
+        return [*self.argv_prefix, "--", *inner]
+
+    def preexec(self) -> Callable[[], None]:
+        cgroup = self.cgroup
+
+        def run_in_child() -> None:
+            # bwrap's processes ignore the SIGTERM a cancel sends the group (bwrap would die of it and
+            # report no exit code); the guard inside gives torchrun the default action back.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            if cgroup is not None:
+                cgroup.join_self()
+
+        return run_in_child
+
+    def started(self, proc: subprocess.Popen[bytes] | None) -> None:
+        """After the spawn: the worker keeps only the write end (its death closes it), and a thread
+        ends the sandbox when bwrap exits, whoever stops the attempt and however (`end`)."""
+        os.close(self.watch_read)
+        with _lock:
+            _live[self.mark] = self
+        if proc is not None:
+            threading.Thread(target=_end_when_exited, args=(proc, self.mark), daemon=True,
+                             name=f"sandbox-{self.mark[:24]}").start()  # fmt: skip
+
+
+def _end_when_exited(proc: subprocess.Popen[bytes], mark: str) -> None:
+    # Popen.wait here and the supervisor's poll() share Popen's waitpid lock: poll() reads None until
+    # this wait has reaped bwrap, then the same exit code.
+    proc.wait()
+    end(mark)
+
+
+_live: dict[str, Prepared] = {}
+_lock = threading.Lock()
+
+
+def prepare(view: View, mark: str, memory_limit_mb: int | None, pids_max: int) -> Prepared:
+    bwrap = shutil.which("bwrap") or "bwrap"
+    layout = cgroups()
+    cgroup = None
+    if layout is not None:
+        sandbox_cgroup.sweep(layout)
+        cgroup = sandbox_cgroup.create(layout, mark, memory_limit_mb, pids_max)
+    read, write = os.pipe()  # both close-on-exec: only the sandbox (pass_fds) gets the read end
+    return Prepared(mark, [bwrap, *bwrap_args(view)], cgroup, read, write)
+
+
+@dataclass(frozen=True)
+class Ended:
+    """What the sandbox saw of the attempt at its end."""
+
+    killed: int  # processes still alive at the end and killed (escapees, a hung rank)
+    oom_kills: int  # processes the kernel killed at the memory limit
+
+
+def end(mark: str) -> Ended | None:
+    """At attempt end (success, failure, cancel, drain, preemption): kill every process left in the
+    attempt's cgroup, remove it, close the worker's end of the guard's pipe. Idempotent; None for an
+    attempt launched without a sandbox."""
+    with _lock:
+        prepared = _live.pop(mark, None)
+    if prepared is None:
+        return None
+    killed, ooms = 0, 0
+    if prepared.cgroup is not None:
+        killed = len(prepared.cgroup.kill_all())
+        ooms = prepared.cgroup.oom_kills()
+        prepared.cgroup.remove()
+    with contextlib.suppress(OSError):
+        os.close(prepared.watch_write)
+    if killed:
+        log.info("attempt %s: %d process(es) left in its sandbox were killed at its end", mark, killed)
+    return Ended(killed=killed, oom_kills=ooms)
+
+
+def oom_kills(mark: str) -> int:
+    """How many of a live attempt's processes the kernel killed at its memory limit so far."""
+    prepared = _live.get(mark)
+    return prepared.cgroup.oom_kills() if prepared is not None and prepared.cgroup is not None else 0
