@@ -12,7 +12,7 @@ from celery.signals import worker_ready, worker_shutting_down
 
 from core import capacity, hosts
 from core.settings import Settings
-from worker import drain, recover, scheduler
+from worker import drain, recover, sandbox, scheduler
 
 log = logging.getLogger("rankzero.worker")
 _stop = threading.Event()
@@ -27,6 +27,9 @@ def prepare(settings: Settings) -> None:
     """Everything a worker needs before it takes a job (also called by `rankzero worker`)."""
     from core.migrate import upgrade
 
+    warning = sandbox.check_host(settings.sandbox)  # raises SandboxUnavailable (what to do): no start
+    if warning is not None:
+        log.warning("%s", warning)
     upgrade(settings.resolved_database_url)
     settings.resolved_runs_dir.mkdir(parents=True, exist_ok=True)
     hosts.register(settings, capacity.host_gpus(settings))
