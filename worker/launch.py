@@ -114,6 +114,8 @@ class Launched:
     port: int
     log_dir: Path
     launcher_log: Path
+    # Not None when the attempt runs unsandboxed (RANKZERO_SANDBOX=off): the line every job page shows.
+    warning: str | None = None
 
 
 def node_log_dir(run: RunDir, attempt: int, node_rank: int) -> Path:
@@ -248,6 +250,8 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
     guarded = [str(settings.cancel_grace_s), *build_command(run, job_id, attempt, topo, port, entry)]
     if not sandboxed:
         with open(launcher_log, "ab") as out:
+            out.write(f"rankzero: warning: {sandbox.NOT_ISOLATED}\n".encode())
+            out.flush()
             proc = subprocess.Popen(
                 [sys.executable, "-m", "worker.rank_guard", *guarded],
                 stdin=subprocess.DEVNULL,
@@ -258,7 +262,7 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
                 start_new_session=True,  # its own process group: a signal to the group reaches torchrun, never us
                 preexec_fn=die_with_supervisor(),
             )
-        return Launched(proc=proc, mark=mark, port=port, log_dir=log_dir, launcher_log=launcher_log)
+        return Launched(proc, mark, port, log_dir, launcher_log, warning=sandbox.NOT_ISOLATED)
     box = sandbox.prepare(
         sandbox_view(run, cwd, code_dir, settings, env, several=topo.several),
         mark,

@@ -53,8 +53,9 @@ HOW_TO_ENABLE = (
 )
 
 
-class SandboxUnavailable(RuntimeError):
-    """The host allows no sandbox and RANKZERO_SANDBOX is not off: the worker refuses to start."""
+class SandboxUnavailable(OSError):
+    """The host allows no sandbox and RANKZERO_SANDBOX is not off: the worker refuses to start (and a
+    launch fails saying so; an OSError, as any other launch that could not start)."""
 
 
 @dataclass(frozen=True)
@@ -181,14 +182,19 @@ def cgroups() -> sandbox_cgroup.Layout | None:
     return sandbox_cgroup.detect()
 
 
+def require() -> None:
+    """Raise SandboxUnavailable, saying what to do, when this host cannot sandbox a job."""
+    why = probe()
+    if why is not None:
+        raise SandboxUnavailable(f"the worker cannot sandbox jobs: {why}. To fix: {HOW_TO_ENABLE}")
+
+
 def check_host(sandbox_setting: str) -> str | None:
     """At worker start: raise SandboxUnavailable when jobs cannot be sandboxed and the setting is not
     'off'; return the warning to log when it is off (None: sandboxed)."""
     if sandbox_setting == "off":
         return NOT_ISOLATED
-    why = probe()
-    if why is not None:
-        raise SandboxUnavailable(f"the worker cannot sandbox jobs: {why}. To fix: {HOW_TO_ENABLE}")
+    require()
     if cgroups() is None:
         log.warning(
             "no writable cgroup (v1 memory+pids, or v2) for job cgroups: jobs run in namespaces, but their "
@@ -248,6 +254,7 @@ _lock = threading.Lock()
 
 
 def prepare(view: View, mark: str, memory_limit_mb: int | None, pids_max: int) -> Prepared:
+    require()
     bwrap = shutil.which("bwrap") or "bwrap"
     layout = cgroups()
     cgroup = None
