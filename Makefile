@@ -35,14 +35,18 @@ web: web/static/vendor/.built
 chromium:
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-up: $(VENV)/.installed web
+# Debian's bubblewrap: every job runs in its sandbox (worker/sandbox.py; RANKZERO_SANDBOX=off to go without).
+sandbox:
+	@command -v bwrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; }
+
+up: $(VENV)/.installed web sandbox
 	$(BIN)/rankzero up
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 
-test: $(VENV)/.installed-test web chromium lint
+test: $(VENV)/.installed-test web chromium sandbox lint
 	$(BIN)/pytest -q -p no:cacheprovider
 
 bench: $(VENV)/.installed
