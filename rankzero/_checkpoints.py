@@ -49,7 +49,7 @@ def save_checkpoint(obj: Any, step: int, *, epoch: int | None = None) -> Path | 
     step = operator.index(step)
     job = _runtime.job()
     events = _runtime.events()
-    if job.local or events is None:  # local mode, or a rank other than 0
+    if job.run_dir is None or events is None:  # local mode, or a rank other than 0
         return None
     run = RunDir(job.run_dir)
     path = run.checkpoint_path(step)
@@ -89,7 +89,7 @@ def load_checkpoint(map_location: Any = None, *, weights_only: bool = True) -> A
     file that fails that, or does not load, is skipped for the one before it, with a warning. Any
     rank may call it (each reads the file); `map_location` as for `torch.load`."""
     job = _runtime.job()
-    if job.local:
+    if job.run_dir is None:  # local mode
         _runtime.notice_local()
         return None
     run = RunDir(job.run_dir)

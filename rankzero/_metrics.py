@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 from rankzero import _runtime
-from trainer.event_types import EventType
+from trainer.event_types import EventType, Metric
 
 BLOCK_S = 0.5
 MAX_BLOCK = 1_000
@@ -90,7 +90,7 @@ def _emit(names: tuple[str, ...], steps: list[int], values: _Values) -> None:
     if events is None:
         return
 
-    def fields() -> list[dict[str, Any]]:  # on the writer thread
+    def fields() -> list[Metric]:  # on the writer thread
         rows = values.rows()
         return [
             {"step": step, "name": name, "value": _finite(v)}

@@ -9,10 +9,9 @@ from __future__ import annotations
 import operator
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from rankzero import _runtime
-from trainer.event_types import EventType
+from trainer.event_types import EventType, Progress
 
 MIN_INTERVAL_S = 0.5
 
@@ -27,13 +26,13 @@ class _Mark:
 _last: _Mark | None = None
 
 
-def _rates(now: _Mark, last: _Mark | None, total_steps: int) -> dict[str, Any]:
+def _rates(now: _Mark, last: _Mark | None, total_steps: int) -> Progress:
     """samples_per_s (when samples are counted) and eta_s from the interval since the last event."""
     if last is None or now.time <= last.time or now.step <= last.step:
         return {}
     elapsed = now.time - last.time
     steps_per_s = (now.step - last.step) / elapsed
-    rates: dict[str, Any] = {"eta_s": max(total_steps - now.step, 0) / steps_per_s}
+    rates: Progress = {"eta_s": max(total_steps - now.step, 0) / steps_per_s}
     if now.samples is not None and last.samples is not None:
         rates["samples_per_s"] = (now.samples - last.samples) / elapsed
     return rates
@@ -53,7 +52,7 @@ def progress(step: int, total_steps: int, *, epoch: int | None = None, samples: 
     now = _Mark(time.monotonic(), step, None if samples is None else operator.index(samples))
     if _last is not None and step < total_steps and now.time - _last.time < MIN_INTERVAL_S:
         return
-    fields: dict[str, Any] = {"step": step, "total_steps": total_steps}
+    fields: Progress = {"step": step, "total_steps": total_steps}
     if epoch is not None:
         fields["epoch"] = operator.index(epoch)
     if now.samples is not None:

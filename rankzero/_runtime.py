@@ -53,15 +53,15 @@ def events() -> EventLog | None:
     global _events
     if _events is not None:
         return _events
-    current = job()
-    if current.local:
+    run_dir = job().run_dir
+    if run_dir is None:  # local mode
         notice_local()
         return None
     if rank() != 0:
         return None
     with _lock:
         if _events is None:
-            _events = EventLog(RunDir(current.run_dir).events, enabled=True, linger_s=WRITER_LINGER_S)
+            _events = EventLog(RunDir(run_dir).events, enabled=True, linger_s=WRITER_LINGER_S)
             atexit.register(close)
     return _events
 

@@ -15,11 +15,16 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from trainer.event_types import EventType
+
+if TYPE_CHECKING:  # the fields of each event type: the contract in trainer/event_types.py
+    from typing_extensions import Unpack
+
+    from trainer.event_types import CheckpointSaved, Failed, Finished, Metric, Progress, Started, Stopped
 
 _STOP = object()
 # An event line that cannot be written (disk full, a quota) is retried this long before it is given up;
@@ -51,7 +56,9 @@ def _ends_with_newline(path: Path) -> bool:
 class _Later:
     """`count` events whose fields are computed on the writer thread (`EventLog.emit_later`)."""
 
-    def __init__(self, first: int, count: int, head: dict[str, Any], fields: Callable[[], list[dict[str, Any]]]):
+    def __init__(
+        self, first: int, count: int, head: dict[str, Any], fields: Callable[[], Sequence[Mapping[str, object]]]
+    ) -> None:
         self.first, self.count, self.head, self.fields = first, count, head, fields
 
     def events(self, log: EventLog) -> list[dict[str, Any]]:
@@ -93,6 +100,22 @@ class EventLog:
             self._thread = threading.Thread(target=self._drain, name="events-writer", daemon=True)
             self._thread.start()
 
+    # One signature per event type: the type checker holds every emit site to its TypedDict.
+    @overload
+    def emit(self, type_: Literal[EventType.started], **fields: Unpack[Started]) -> None: ...
+    @overload
+    def emit(self, type_: Literal[EventType.progress], **fields: Unpack[Progress]) -> None: ...
+    @overload
+    def emit(self, type_: Literal[EventType.metric], **fields: Unpack[Metric]) -> None: ...
+    @overload
+    def emit(self, type_: Literal[EventType.checkpoint], **fields: Unpack[CheckpointSaved]) -> None: ...
+    @overload
+    def emit(self, type_: Literal[EventType.stopped], **fields: Unpack[Stopped]) -> None: ...
+    @overload
+    def emit(self, type_: Literal[EventType.finished], **fields: Unpack[Finished]) -> None: ...
+    @overload
+    def emit(self, type_: Literal[EventType.failed], **fields: Unpack[Failed]) -> None: ...
+
     def emit(self, type_: EventType, **fields: Any) -> None:
         """Queue one event; on disk its `type` is the member's plain string value (e.g. "metric")."""
         if not self.enabled:
@@ -100,7 +123,7 @@ class EventLog:
         self._seq += 1
         self._queue.put({"seq": self._seq, "time": time.time(), "type": EventType(type_).value, **fields})
 
-    def emit_later(self, type_: EventType, count: int, fields: Callable[[], list[dict[str, Any]]]) -> None:
+    def emit_later(self, type_: Literal[EventType.metric], count: int, fields: Callable[[], list[Metric]]) -> None:
         """Queue `count` events of one type whose fields the writer thread computes: `fields()` runs
         there and returns one dict per event. `seq` and `time` are taken now, as by `emit`; if
         `fields()` raises or returns another count, those events are dropped (their seqs stay unused)."""

@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 import yaml
+from yaml.composer import ComposerError
 
 MAX_SPEC_TEXT_BYTES = 64 * 1024
 MAX_SPEC_DEPTH = 32
@@ -36,19 +37,13 @@ class _NoAliasLoader(yaml.SafeLoader):
     def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
-            raise yaml.composer.ComposerError(
-                None, None, "aliases (*name) are not supported: write the value out", event.start_mark
-            )
+            raise ComposerError(None, None, "aliases (*name) are not supported: write the value out", event.start_mark)
         if getattr(self.peek_event(), "anchor", None) is not None:
             event = self.peek_event()
-            raise yaml.composer.ComposerError(
-                None, None, "anchors (&name) are not supported: write each value out", event.start_mark
-            )
+            raise ComposerError(None, None, "anchors (&name) are not supported: write each value out", event.start_mark)
         if self._depth >= MAX_SPEC_DEPTH:
             event = self.peek_event()
-            raise yaml.composer.ComposerError(
-                None, None, f"nested deeper than {MAX_SPEC_DEPTH} levels", event.start_mark
-            )
+            raise ComposerError(None, None, f"nested deeper than {MAX_SPEC_DEPTH} levels", event.start_mark)
         self._depth += 1
         try:
             return super().compose_node(parent, index)  # type: ignore[no-untyped-call]

@@ -450,7 +450,7 @@ class _Run:
         emit = self.events.emit
         if mean_loss is not None:
             emit(EventType.metric, step=done, name="train/loss", value=mean_loss)
-        emit(EventType.metric, step=done, name="lr", value=b.scheduler.get_last_lr()[0])
+        emit(EventType.metric, step=done, name="lr", value=float(b.scheduler.get_last_lr()[0]))
         emit(EventType.metric, step=done, name="throughput/samples_per_s", value=samples_per_s)
         first = {"first_step_s": self._first_step_s} if self._first_step_s is not None else {}
         self._first_step_s = None

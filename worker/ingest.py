@@ -23,7 +23,20 @@ from sqlmodel import Session
 
 from core import jobs, metric_rollup
 from core.tables import Checkpoint, Job, MetricPoint, utcnow
-from trainer.event_types import EventType
+from trainer.event_types import (
+    PROGRESS_COUNTS,
+    PROGRESS_RATES,
+    CheckpointSaved,
+    Envelope,
+    EventType,
+    Failed,
+    Finished,
+    JobProgress,
+    Metric,
+    Progress,
+    Started,
+    Stopped,
+)
 
 BATCH = 20_000  # events per transaction
 COPY_THRESHOLD = 500  # PostgreSQL: from this many points on, COPY beats INSERT … VALUES
@@ -68,10 +81,10 @@ class EventsSeen:
     Only the events' account: the outcome the worker writes to the job row is `core.jobs`'s business.
     """
 
-    started: dict[str, Any] | None = None
+    started: Started | None = None
     finished: bool = False
-    stopped: dict[str, Any] | None = None
-    failed: dict[str, Any] | None = None
+    stopped: Stopped | None = None
+    failed: Failed | None = None
     last_event_seq: int = -1
     points: int = 0
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
@@ -91,6 +104,7 @@ class _Batch:
     max_step: dict[str, int]
     points: list[Point] = field(default_factory=list)
     ckpts: list[dict[str, Any]] = field(default_factory=list)
+    # job row columns (JobProgress's, plus latest_loss) → new value
     progress: dict[str, Any] = field(default_factory=dict)
 
 
@@ -110,53 +124,72 @@ def _finite(value: Any) -> float | None:
 # --- one handler per event type -----------------------------------------------------------------
 # `note` sees every event, even one already ingested (a restarted worker must still learn how the
 # attempt ended); `write` sees only events not yet ingested and adds their rows to the batch.
+# Each handler reads its event as its TypedDict from trainer/event_types.py (the contract), the
+# envelope included; the line came from a file, so a field's type is still checked before use.
 
-Event = dict[str, Any]
+Event = dict[str, Any]  # a parsed line, before its type is known
 
 
-def _ignore(_target: Any, _ev: Event) -> None:
+class _MetricLine(Envelope, Metric):
+    pass
+
+
+class _CheckpointLine(Envelope, CheckpointSaved):
+    pass
+
+
+class TimedMetric(Metric):
+    """A metric from another source than events.jsonl (`Ingestor.ingest_metrics`): no seq of its own yet."""
+
+    time: float
+    type: str  # EventType.metric's value
+
+
+def _ignore(_target: Any, _ev: Any) -> None:
     pass
 
 
 @dataclass(frozen=True)
 class _Handler:
-    note: Callable[[EventsSeen, Event], None] = _ignore
-    write: Callable[[_Batch, Event], None] = _ignore
+    # Any: each handler takes its own TypedDict; the table below pairs it with its EventType.
+    note: Callable[[EventsSeen, Any], None] = _ignore
+    write: Callable[[_Batch, Any], None] = _ignore
 
 
-def _note_started(seen: EventsSeen, ev: Event) -> None:
+def _note_started(seen: EventsSeen, ev: Started) -> None:
     seen.started = ev
 
 
-def _note_finished(seen: EventsSeen, _ev: Event) -> None:
+def _note_finished(seen: EventsSeen, _ev: Finished) -> None:
     seen.finished = True
 
 
-def _note_stopped(seen: EventsSeen, ev: Event) -> None:
+def _note_stopped(seen: EventsSeen, ev: Stopped) -> None:
     seen.stopped = ev
 
 
-def _note_failed(seen: EventsSeen, ev: Event) -> None:
+def _note_failed(seen: EventsSeen, ev: Failed) -> None:
     seen.failed = ev
 
 
-def _write_started(batch: _Batch, ev: Event) -> None:
-    if isinstance(ev.get("total_steps"), int):
-        batch.progress["total_steps"] = ev["total_steps"]
-    if isinstance(ev.get("start_step"), int):
-        batch.progress["step"] = ev["start_step"]
+def _write_started(batch: _Batch, ev: Started) -> None:
+    if isinstance(total := ev.get("total_steps"), int):
+        batch.progress["total_steps"] = total
+    if isinstance(start := ev.get("start_step"), int):
+        batch.progress["step"] = start
 
 
-def _write_progress(batch: _Batch, ev: Event) -> None:
-    for key in ("step", "total_steps", "epoch", "samples"):
-        if isinstance(ev.get(key), int):
-            batch.progress[key] = ev[key]
-    for key in ("samples_per_s", "eta_s"):
-        if key in ev:
-            batch.progress[key] = _finite(ev[key])
+def _write_progress(batch: _Batch, ev: Progress) -> None:
+    fields: JobProgress = ev  # the part of a progress event a job row keeps
+    for key in PROGRESS_COUNTS:
+        if isinstance(count := fields.get(key), int):
+            batch.progress[key] = count
+    for key in PROGRESS_RATES:
+        if key in fields:
+            batch.progress[key] = _finite(fields.get(key))
 
 
-def _write_metric(batch: _Batch, ev: Event) -> None:
+def _write_metric(batch: _Batch, ev: _MetricLine) -> None:
     # The bulk of any events.jsonl: kept lean (a tuple per point, in POINT_COLUMNS order).
     name, step = ev.get("name"), ev.get("step")
     if not isinstance(name, str) or not isinstance(step, int):
@@ -173,7 +206,7 @@ def _write_metric(batch: _Batch, ev: Event) -> None:
         batch.progress["latest_loss"] = value
 
 
-def _write_checkpoint(batch: _Batch, ev: Event) -> None:
+def _write_checkpoint(batch: _Batch, ev: _CheckpointLine) -> None:
     if not isinstance(ev.get("path"), str):
         return
     row = {
@@ -329,7 +362,7 @@ class Ingestor:
             new += self._ingest_batch(events[start : start + BATCH])
         return new
 
-    def ingest_metrics(self, events: list[dict[str, Any]]) -> int:
+    def ingest_metrics(self, events: list[TimedMetric]) -> int:
         """Metric events from another source than events.jsonl (TensorBoard files: worker/tensorboard.py).
 
         Written as `metric` events are, skipping steps already held per name (so a restarted worker
@@ -341,7 +374,8 @@ class Ingestor:
         seq = self._next_external_seq()
         for ev in events:
             before = len(batch.points)
-            _write_metric(batch, {**ev, "seq": seq})
+            line: _MetricLine = {**ev, "seq": seq}
+            _write_metric(batch, line)
             seq += len(batch.points) - before
         if not batch.points:
             return 0
@@ -362,11 +396,6 @@ class Ingestor:
                 )
             ).scalar()
         return metric_rollup.EXTERNAL_SEQ_BASE if top is None else int(top) + 1
-
-    @property
-    def outcome(self) -> EventsSeen:
-        """The old name of `seen`, kept until tests/reliability/test_rel_sqlite_load.py reads `seen`."""
-        return self.seen
 
     def _ingest_batch(self, events: list[Event]) -> int:
         batch = _Batch(job_id=self.job_id, seen=self.seen, max_step=dict(self.max_step))

@@ -27,6 +27,7 @@ from typing import Any
 from tensorboard.compat.proto import event_pb2
 
 from trainer.event_types import EventType
+from worker.ingest import TimedMetric
 
 log = logging.getLogger("rankzero.worker")
 FILE_GLOB = "*tfevents*"
@@ -146,20 +147,20 @@ class TensorBoardTail:
                 self._files[path] = _File(path, "" if rel == "." else rel + "/")
         return [self._files[p] for p in sorted(self._files)]
 
-    def read(self, max_bytes: int = 8 << 20) -> list[dict[str, Any]]:
-        events: list[dict[str, Any]] = []
+    def read(self, max_bytes: int = 8 << 20) -> list[TimedMetric]:
+        events: list[TimedMetric] = []
         for f in self._discover():
             for record in f.records(max_bytes):
                 events.extend(_metric_events(record, f.prefix))
         return events
 
 
-def _metric_events(record: bytes, prefix: str) -> list[dict[str, Any]]:
+def _metric_events(record: bytes, prefix: str) -> list[TimedMetric]:
     try:
         event = event_pb2.Event.FromString(record)
     except Exception:  # protobuf's DecodeError; a record that is no Event is skipped
         return []
-    out = []
+    out: list[TimedMetric] = []
     for tag, value in scalars(event):
         out.append(
             {

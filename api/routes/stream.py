@@ -13,7 +13,7 @@ import asyncio
 import json
 import math
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Header, Query, Request
 from sqlalchemy import text
@@ -26,21 +26,18 @@ from api.models import CheckpointPublic, ErrorDetail, JobPublic
 from core.db import get_engine
 from core.metric_rollup import EXTERNAL_SEQ_BASE
 from core.tables import Checkpoint, Job
+from trainer.event_types import PROGRESS_COUNTS, PROGRESS_RATES, JobProgress
 
 router = APIRouter(tags=["stream"])
 POLL_S = 0.5
 MAX_POINTS_PER_EVENT = 5000
 
 
-def _progress(job: Job) -> dict[str, Any]:
-    return {
-        "step": job.step,
-        "total_steps": job.total_steps,
-        "epoch": job.epoch,
-        "samples": job.samples,
-        "samples_per_s": _finite_or_none(job.samples_per_s),
-        "eta_s": _finite_or_none(job.eta_s),
-    }
+def _progress(job: Job) -> JobProgress:
+    """The `progress` event: the job row's progress columns, named as the trainer's events name them."""
+    progress: dict[str, Any] = {key: getattr(job, key) for key in PROGRESS_COUNTS}
+    progress.update({key: _finite_or_none(getattr(job, key)) for key in PROGRESS_RATES})
+    return cast(JobProgress, progress)
 
 
 def _finite_or_none(v: float | None) -> float | None:
@@ -52,7 +49,7 @@ class _Cursor:
 
     def __init__(self, after_seq: int, after_external: int, after_checkpoint: int) -> None:
         self.status: str | None = None
-        self.progress: dict[str, Any] | None = None
+        self.progress: JobProgress | None = None
         self.seq = after_seq  # events.jsonl's points
         self.external = after_external  # the worker's own points (EXTERNAL_SEQ_BASE and up)
         self.checkpoint_id = after_checkpoint
