@@ -49,7 +49,7 @@ WRITER = textwrap.dedent(
                 metric_rollup.refresh(s, job_id)
                 s.commit()
             folded = time.monotonic()
-    print(ingestor.outcome.points)
+    print(ingestor.seen.points)
     """
 )
 
