@@ -2,8 +2,10 @@
 
 Migrates the database on creation (so every way of starting the API, tests included, runs on the
 newest schema), mounts the REST routes under /api behind auth, and the dashboard (api/routes/ui.py
-and web/static) when those are present. Outermost, a trusted-Host check (400 for any other Host:
-DNS rebinding) and the request limits of api/limits.py guard every route.
+and web/static) when those are present. Around every route, outermost first: forwarded headers
+from trusted proxies only, a trusted-Host check (400 for any other Host: DNS rebinding; the
+TestClient's `testserver` only in-process), per-client limits (wrong tokens throttled, SSE streams
+capped: api/client_limits.py) and the request limits of api/limits.py.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
-from starlette.middleware.trustedhost import TrustedHostMiddleware
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from api import docs, errors
 from api.auth import require_auth
+from api.client_limits import ClientLimitsMiddleware, FailureWindow, HostCheckMiddleware
 from api.limits import RequestLimitsMiddleware
 from api.routes import checkpoints, code, health, hosts, jobs, logs, metrics, priority, schema, stream
 from core import migrate
@@ -26,15 +29,13 @@ from core.settings import LOOPBACK_HOSTS, Settings, get_settings
 
 WEB_STATIC = Path(__file__).resolve().parent.parent / "web" / "static"
 API_PREFIX = "/api"
-# Starlette's TestClient sends `Host: testserver`; a single-label name no public DNS serves.
-TEST_CLIENT_HOST = "testserver"
 WILDCARD_BINDS = {"0.0.0.0", "::", ""}
 
 
 def trusted_hosts(settings: Settings) -> list[str]:
     """Host header values the API answers: loopback names, the bind host, the host of RANKZERO_API_URL
     (the name workers use to reach it), RANKZERO_ALLOWED_HOSTS."""
-    names = {*LOOPBACK_HOSTS, TEST_CLIENT_HOST, *([] if settings.host in WILDCARD_BINDS else [settings.host])}
+    names = {*LOOPBACK_HOSTS, *([] if settings.host in WILDCARD_BINDS else [settings.host])}
     api_url_host = urlsplit(getattr(settings, "api_url", None) or "").hostname
     if api_url_host:
         names.add(api_url_host)
@@ -68,9 +69,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         openapi_url="/openapi.json",
     )
     app.state.settings = settings
+    app.state.auth_failures = FailureWindow(settings.auth_failures_per_minute)  # shared with the sign-in form
     errors.install(app)
     app.add_middleware(RequestLimitsMiddleware, settings=settings)
-    app.add_middleware(TrustedHostMiddleware, allowed_hosts=trusted_hosts(settings), www_redirect=False)
+    app.add_middleware(ClientLimitsMiddleware, settings=settings, failures=app.state.auth_failures)
+    app.add_middleware(HostCheckMiddleware, allowed_hosts=trusted_hosts(settings))
+    if settings.trusted_proxy_hosts:  # outermost: the client and scheme every check above sees
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=sorted(settings.trusted_proxy_hosts))
     app.include_router(docs.router)
 
     protected = APIRouter(dependencies=[Depends(require_auth)])
@@ -81,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     # The dashboard is the web engineer's: included when present, so the API runs without it.
     if importlib.util.find_spec("api.routes.ui") is not None:
+        app.include_router(importlib.import_module("api.routes.session").router)
         app.include_router(importlib.import_module("api.routes.ui").router)
     if WEB_STATIC.is_dir():
         app.mount("/static", StaticFiles(directory=WEB_STATIC), name="static")

@@ -2,10 +2,8 @@
 
 Pages only render a shell; the JS in web/static/js fetches everything through the REST API with
 the session cookie. Signing in trades the API token (posted in a form, never in a URL) for the
-HttpOnly, SameSite=Strict session cookie of api.auth. Every page but /login redirects there without
-a valid session. The two form POSTs here (login, logout) are guarded against cross-site requests:
-login by an Origin/Sec-Fetch-Site check (there is no session yet to hold a CSRF secret), logout by
-the session's CSRF secret in a hidden field as well.
+HttpOnly, SameSite=Strict session cookie of api.auth (the sign-in and sign-out pages:
+api/routes/session.py). Every page but /login redirects there without a valid session.
 """
 
 from __future__ import annotations
@@ -14,17 +12,16 @@ import json
 import re
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote, urlencode
 
-import yaml
-from fastapi import APIRouter, Depends, Form, HTTPException, Query, Request, status
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from sqlmodel import Session
 
-from api.auth import CSRF_HEADER, app_settings, end_session, issue_session, session_csrf, token_matches
+from api.auth import CSRF_HEADER, app_settings, session_csrf, token_matches
 from core import metric_rollup
 from core.db import get_engine
 from core.paths import UnsafePath, run_dir_of
@@ -32,6 +29,7 @@ from core.resume import derived_name, resume_spec
 from core.settings import Settings
 from core.tables import Checkpoint, Job
 from trainer.spec import BUILTIN_DATA, BUILTIN_LOSSES, BUILTIN_MODELS, BUILTIN_ONLY_FIELDS, JobSpec
+from trainer.spec_text import MAX_SPEC_TEXT_BYTES, SpecTextError, load_spec_text
 
 WEB_DIR = Path(__file__).resolve().parents[2] / "web"
 templates = Jinja2Templates(directory=str(WEB_DIR / "templates"))
@@ -42,56 +40,18 @@ CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'"
 )
-MAX_YAML_BYTES = 64 * 1024  # a spec is a few KB (its args at most 16 KiB); PyYAML takes ~1 s for 64 KB
-MAX_YAML_DEPTH = 32
+MAX_YAML_BYTES = MAX_SPEC_TEXT_BYTES  # a spec is a few KB (its args at most 16 KiB); PyYAML takes ~1 s for 64 KB
 MAX_ID = 2**31 - 1
 
 router = APIRouter(include_in_schema=False)
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """safe_load without anchors/aliases (a few hundred bytes of aliases can expand to gigabytes of
-    JSON) and at most MAX_YAML_DEPTH levels of nesting (PyYAML composes nodes recursively: deeper
-    input would exhaust the stack and answer 500)."""
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
-
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not supported", event.start_mark)
-        if self._depth >= MAX_YAML_DEPTH:
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(
-                None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", event.start_mark
-            )
-        self._depth += 1
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-
 def _spec_text_to_json(body: bytes) -> tuple[int, str]:
     """(status, JSON text) for the raw editor's text; CPU-bound, so run in the threadpool."""
     try:
-        value = yaml.load(body.decode("utf-8"), Loader=_NoAliasLoader)  # a SafeLoader subclass
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        return 400, json.dumps({"error": f"not valid YAML{where}: {problem}"})
-    except (ValueError, OverflowError) as exc:  # e.g. a date like 2024-13-45, an integer of 10,000 digits
-        return 400, json.dumps({"error": f"not valid YAML: {exc}"})
-    if not isinstance(value, dict):
-        return 400, json.dumps({"error": "the spec must be a mapping of fields (name: …, model: …)"})
-    try:
-        # default=str: YAML dates and the like become strings (the API then says whether they fit).
-        return 200, json.dumps({"spec": value}, default=str)
-    except (TypeError, ValueError) as exc:  # e.g. a date used as a mapping key
-        return 400, json.dumps({"error": f"the spec cannot be expressed as JSON: {exc}"})
+        return 200, json.dumps({"spec": load_spec_text(body)})
+    except SpecTextError as exc:
+        return 400, json.dumps({"error": str(exc)})
 
 
 SettingsDep = Annotated[Settings, Depends(app_settings)]
@@ -104,9 +64,9 @@ def _static_version() -> str:
     return format(newest, "x")[-8:]
 
 
-def _page(request: Request, template: str, csrf: str, **context: Any) -> HTMLResponse:
+def page(request: Request, template: str, csrf: str, status_code: int = 200, **context: Any) -> HTMLResponse:
     response = templates.TemplateResponse(
-        request, template, {"csrf": csrf, "static_version": _static_version(), **context}
+        request, template, {"csrf": csrf, "static_version": _static_version(), **context}, status_code=status_code
     )
     _harden(response)
     return response
@@ -124,90 +84,23 @@ def _to_login(request: Request) -> RedirectResponse:
     return RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=status.HTTP_303_SEE_OTHER)
 
 
-def _safe_next(next_path: str | None) -> str:
-    """Only same-site paths: never an open redirect to another host."""
-    if not next_path or not next_path.startswith("/") or next_path.startswith("//") or "\\" in next_path:
-        return "/"
-    parts = urlsplit(next_path)
-    if parts.scheme or parts.netloc or parts.path.startswith("/login"):
-        return "/"
-    return next_path
-
-
-def _same_origin(request: Request) -> bool:
-    """A form POST from our own pages: Origin (or Referer) names this host, or the browser says same-origin.
-
-    Browsers send Origin on every cross-site POST, so a missing one with no Sec-Fetch-Site is a
-    non-browser client (curl), which CSRF cannot be about.
-    """
-    host = request.headers.get("host", "")
-    fetch_site = request.headers.get("sec-fetch-site")
-    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
-        return False
-    origin = request.headers.get("origin")
-    if origin is None or origin == "null":
-        referer = request.headers.get("referer")
-        if origin == "null" and not referer:
-            return False
-        origin = referer
-    if origin is None:
-        return True
-    return urlsplit(origin).netloc == host
-
-
-@router.get("/login", response_class=HTMLResponse)
-def login_page(request: Request, settings: SettingsDep, next: str | None = None) -> Response:
-    if session_csrf(request, settings) is not None:
-        return RedirectResponse(_safe_next(next), status_code=status.HTTP_303_SEE_OTHER)
-    return _page(request, "login.html", "", next=_safe_next(next), error=None)
-
-
-@router.post("/login", response_class=HTMLResponse)
-def login(
-    request: Request,
-    settings: SettingsDep,
-    token: Annotated[str, Form(max_length=4096)] = "",
-    next: Annotated[str, Form(max_length=2048)] = "/",
-) -> Response:
-    if not _same_origin(request):
-        raise HTTPException(status.HTTP_403_FORBIDDEN, "cross-site sign-in refused")
-    if not token or not token_matches(token.strip(), settings.token()):
-        # 200, not 401: the form is re-rendered with its message, and the browser console stays clean.
-        return _page(
-            request, "login.html", "", next=_safe_next(next), error="That token is not this server's API token."
-        )
-    response = RedirectResponse(_safe_next(next), status_code=status.HTTP_303_SEE_OTHER)
-    issue_session(response, settings, secure=request.url.scheme == "https")
-    return response
-
-
-@router.post("/logout")
-def logout(request: Request, settings: SettingsDep, csrf: Annotated[str, Form(max_length=256)] = "") -> Response:
-    expected = session_csrf(request, settings)
-    if expected is not None and (not _same_origin(request) or not token_matches(csrf, expected)):
-        raise HTTPException(status.HTTP_403_FORBIDDEN, "sign-out needs the page's CSRF token")
-    response = RedirectResponse("/login", status_code=status.HTTP_303_SEE_OTHER)
-    end_session(request, response, settings)
-    return response
-
-
 @router.get("/", response_class=HTMLResponse)
-def jobs_page(request: Request, settings: SettingsDep) -> Response:
+def jobspage(request: Request, settings: SettingsDep) -> Response:
     csrf = session_csrf(request, settings)
     if csrf is None:
         return _to_login(request)
-    return _page(request, "jobs.html", csrf, nav="jobs")
+    return page(request, "jobs.html", csrf, nav="jobs")
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
-def job_page(request: Request, settings: SettingsDep, job_id: Annotated[int, PathParam(ge=1, le=MAX_ID)]) -> Response:
+def jobpage(request: Request, settings: SettingsDep, job_id: Annotated[int, PathParam(ge=1, le=MAX_ID)]) -> Response:
     csrf = session_csrf(request, settings)
     if csrf is None:
         return _to_login(request)
     with Session(get_engine(settings.resolved_database_url)) as db:
         names = metric_rollup.series_names(db, job_id)
     first = _first_chart(names)
-    return _page(
+    return page(
         request,
         "job.html",
         csrf,
@@ -249,11 +142,11 @@ _SPEC_DEFAULTS_JSON = (
 
 
 @router.get("/hosts", response_class=HTMLResponse)
-def hosts_page(request: Request, settings: SettingsDep) -> Response:
+def hostspage(request: Request, settings: SettingsDep) -> Response:
     csrf = session_csrf(request, settings)
     if csrf is None:
         return _to_login(request)
-    return _page(request, "hosts.html", csrf, nav="hosts")
+    return page(request, "hosts.html", csrf, nav="hosts")
 
 
 COMPARE_MAX_RUNS = 10  # compare.js's MAX_RUNS
@@ -283,7 +176,7 @@ def compare_page(
     csrf = session_csrf(request, settings)
     if csrf is None:
         return _to_login(request)
-    return _page(request, "compare.html", csrf, nav="compare", preloads=_compare_preloads(ids, metric))
+    return page(request, "compare.html", csrf, nav="compare", preloads=_compare_preloads(ids, metric))
 
 
 def _global_batch(spec: dict[str, Any]) -> int | None:
@@ -356,7 +249,7 @@ def new_job_page(
         "losses": BUILTIN_LOSSES,
         "builtin_only": BUILTIN_ONLY_FIELDS,  # the form hides them for a script job
     }
-    return _page(
+    return page(
         request,
         "new.html",
         csrf,
@@ -372,7 +265,7 @@ def new_job_page(
 async def parse_spec_text(request: Request, settings: SettingsDep) -> Response:
     """YAML (or JSON) text from the raw editor → a JSON object, so the browser needs no YAML parser.
 
-    Only parses (yaml.safe_load); validating is POST /api/jobs's job.
+    Only parses (trainer/spec_text.py, the loader the CLI and the trainer use); validating is POST /api/jobs's job.
     """
     csrf = session_csrf(request, settings)
     if csrf is None:

@@ -1,0 +1,98 @@
+"""Signing in and out of the dashboard: the /login form and POST /logout.
+
+Signing in trades the API token (posted in a form, never in a URL) for the HttpOnly,
+SameSite=Strict session cookie of api.auth, `Secure` when the browser came over https (directly or
+through a proxy named in RANKZERO_TRUSTED_PROXIES). Wrong tokens count against the client's
+allowance in api/client_limits.py, as wrong bearer tokens do (429 past it). Both form POSTs are
+guarded against cross-site requests: login by an Origin/Sec-Fetch-Site check (there is no session
+yet to hold a CSRF secret), logout by the session's CSRF secret in a hidden field as well.
+"""
+
+from __future__ import annotations
+
+from time import monotonic
+from typing import Annotated
+from urllib.parse import urlsplit
+
+from fastapi import APIRouter, Form, HTTPException, Request, status
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from api.auth import end_session, issue_session, session_csrf, token_matches
+from api.client_limits import FailureWindow, client_of, throttled_detail
+from api.routes.ui import SettingsDep, page
+
+router = APIRouter(include_in_schema=False)
+
+
+def _safe_next(next_path: str | None) -> str:
+    """Only same-site paths: never an open redirect to another host."""
+    if not next_path or not next_path.startswith("/") or next_path.startswith("//") or "\\" in next_path:
+        return "/"
+    parts = urlsplit(next_path)
+    if parts.scheme or parts.netloc or parts.path.startswith("/login"):
+        return "/"
+    return next_path
+
+
+def _same_origin(request: Request) -> bool:
+    """A form POST from our own pages: Origin (or Referer) names this host, or the browser says same-origin.
+
+    Browsers send Origin on every cross-site POST, so a missing one with no Sec-Fetch-Site is a
+    non-browser client (curl), which CSRF cannot be about.
+    """
+    host = request.headers.get("host", "")
+    fetch_site = request.headers.get("sec-fetch-site")
+    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
+        return False
+    origin = request.headers.get("origin")
+    if origin is None or origin == "null":
+        referer = request.headers.get("referer")
+        if origin == "null" and not referer:
+            return False
+        origin = referer
+    if origin is None:
+        return True
+    return urlsplit(origin).netloc == host
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_page(request: Request, settings: SettingsDep, next: str | None = None) -> Response:
+    if session_csrf(request, settings) is not None:
+        return RedirectResponse(_safe_next(next), status_code=status.HTTP_303_SEE_OTHER)
+    return page(request, "login.html", "", next=_safe_next(next), error=None)
+
+
+@router.post("/login", response_class=HTMLResponse)
+def login(
+    request: Request,
+    settings: SettingsDep,
+    token: Annotated[str, Form(max_length=4096)] = "",
+    next: Annotated[str, Form(max_length=2048)] = "/",
+) -> Response:
+    if not _same_origin(request):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "cross-site sign-in refused")
+    failures: FailureWindow = request.app.state.auth_failures
+    client = client_of(request.scope)
+    wait = failures.retry_after(client, monotonic())
+    if wait is not None:
+        return page(request, "login.html", "", next=_safe_next(next), error=throttled_detail(wait), status_code=429)
+    if not token or not token_matches(token.strip(), settings.token()):
+        failures.record(client, monotonic())
+        # 200, not 401: the form is re-rendered with its message, and the browser console stays clean.
+        return page(
+            request, "login.html", "", next=_safe_next(next), error="That token is not this server's API token."
+        )
+    response = RedirectResponse(_safe_next(next), status_code=status.HTTP_303_SEE_OTHER)
+    # https as the client sees it: behind a trusted TLS proxy, its X-Forwarded-Proto (api/app.py)
+    issue_session(response, settings, secure=request.url.scheme == "https")
+    return response
+
+
+@router.post("/logout")
+def logout(request: Request, settings: SettingsDep, csrf: Annotated[str, Form(max_length=256)] = "") -> Response:
+    expected = session_csrf(request, settings)
+    if expected is not None and (not _same_origin(request) or not token_matches(csrf, expected)):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "sign-out needs the page's CSRF token")
+    response = RedirectResponse("/login", status_code=status.HTTP_303_SEE_OTHER)
+    end_session(request, response, settings)
+    return response
