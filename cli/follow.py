@@ -9,8 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
 from cli.client import Api
-
-TERMINAL = {"succeeded", "failed", "cancelled"}
+from cli.views import finished_states
 
 
 def _eta(seconds: float | None) -> str:
@@ -27,6 +26,7 @@ def follow(api: Api, job_id: int, console: Console, poll_s: float = 0.5) -> dict
         TextColumn("loss [cyan]{task.fields[loss]}"), TextColumn("ETA {task.fields[eta]}"),
         TextColumn("[dim]{task.fields[status]}"), TimeElapsedColumn(),
     )  # fmt: skip
+    finished = finished_states()
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(f"job {job_id}", total=None, loss="-", eta="--:--", status="queued")
         while True:
@@ -40,6 +40,6 @@ def follow(api: Api, job_id: int, console: Console, poll_s: float = 0.5) -> dict
                 eta=_eta(job.get("eta_s")),
                 status=job["status"],
             )
-            if job["status"] in TERMINAL:
+            if job["status"] in finished:
                 return job
             time.sleep(poll_s)

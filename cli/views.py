@@ -11,7 +11,14 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-TERMINAL = ("succeeded", "failed", "cancelled")
+
+def finished_states() -> frozenset[str]:
+    """The states after which nothing changes (core/job_state.py TERMINAL, their one home)."""
+    from core.job_state import TERMINAL  # here, not at the top: it loads the database schema (~0.5 s)
+
+    return frozenset(s.value for s in TERMINAL)
+
+
 STATUS_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}
 
 
@@ -116,15 +123,19 @@ def placement_rows(job: dict[str, Any]) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     if job.get("status") == "queued" and job.get("pending_reason"):
         rows.append(("waiting", job["pending_reason"]))
-    placed = job.get("placement") or {}
-    nodes = placed.get("nodes") or []
-    if nodes:
-        hosts = ", ".join(f"{n['host']}" + (f" (GPU {','.join(n['gpus'])})" if n.get("gpus") else "") for n in nodes)
+    from core.placement_record import BadPlacement, read_placement  # the one reader of a placement
+
+    try:
+        placed = read_placement(job.get("placement"))
+    except BadPlacement:
+        placed = None  # a damaged one: the rest of the job still shows
+    if placed is not None and placed.nodes:
+        hosts = ", ".join(n.host + (f" (GPU {','.join(n.gpus)})" if n.gpus else "") for n in placed.nodes)
         rows.append(("hosts", hosts))
         wanted = (job.get("spec") or {}).get("nproc")
-        if isinstance(wanted, int) and placed.get("nproc", wanted) < wanted:
-            rows.append(("elastic", f"running on {placed['nproc']} of {wanted} ranks "
-                                    f"(accumulation ×{placed['accumulation_steps']})"))  # fmt: skip
+        if isinstance(wanted, int) and placed.nproc < wanted:
+            rows.append(("elastic", f"running on {placed.nproc} of {wanted} ranks "
+                                    f"(accumulation ×{placed.accumulation_steps})"))  # fmt: skip
     if job.get("priority"):
         rows.append(("priority", str(job["priority"])))
     if job.get("host_losses"):

@@ -1,0 +1,305 @@
+"""Job commands: talk to a running service over REST (submit, list, show, follow, logs, metrics, cancel,
+priority, checkpoints, download, resume, hosts, schema).
+
+Server URL and token: --url / --token, else RANKZERO_URL / RANKZERO_API_TOKEN, else the instance the
+environment's settings describe (RANKZERO_HOST / RANKZERO_PORT / RANKZERO_DATA_DIR, as `rankzero up`
+resolves them; see cli/client.py `locate`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.text import Text
+
+from cli import views
+from cli.app import TokenOpt, UrlOpt, app, call, client_for, console, err, fail
+from cli.client import Api
+from trainer.spec_text import SpecTextError, load_spec_text
+
+
+def _load_spec(path: Path) -> dict[str, Any]:
+    """The spec mapping in a YAML or JSON file, read by the one spec-text loader the API and trainer use."""
+    try:
+        text = path.read_bytes()
+    except OSError as exc:
+        fail(f"cannot read {path}: {exc}")
+    try:
+        return load_spec_text(text, filename=path.name)
+    except SpecTextError as exc:
+        fail(f"{path}: {exc}; see `rankzero schema`")
+
+
+@app.command()
+def submit(
+    spec: Annotated[Path, typer.Argument(help="Job spec, YAML or JSON (see `rankzero schema`).")],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Show a progress bar with live loss and ETA until the job ends.")
+    ] = False,
+    code: Annotated[
+        Path | None,
+        typer.Option(help="Pack this folder (.gitignore/.rankzeroignore honoured), upload it once, run with it."),
+    ] = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Submit a job."""
+    client = client_for(url, token)
+    body = _load_spec(spec)
+    if code is not None:
+        from cli.code import upload_code
+
+        body["code"] = call(lambda: upload_code(client, code, console))
+    job = call(lambda: client.post("/jobs", json=body))
+    _print_queued(job)
+    if follow:
+        _follow_to_end(client, job["id"])
+
+
+def _print_queued(job: dict[str, Any], note: str = "") -> None:
+    # A script's batch is its own business: the built-in trainer's global batch means nothing there.
+    is_script = bool((job.get("spec") or {}).get("entrypoint"))
+    shape = "" if is_script else f", global batch {views.number(job['global_batch_size'])}"
+    console.print(
+        Text.assemble("job ", (str(job["id"]), "bold"), f" queued: {job['name']} ({job['strategy']}{shape}){note}"),
+        soft_wrap=True,
+    )
+
+
+def _follow_to_end(client: Api, job_id: int) -> None:
+    """The live progress bar until the job ends; exit 1 unless it succeeded."""
+    from cli.follow import follow as follow_job
+
+    final = call(lambda: follow_job(client, job_id, console))
+    _print_outcome(final)
+    if final["status"] != "succeeded":
+        raise typer.Exit(1)
+
+
+def _print_outcome(job: dict[str, Any]) -> None:
+    loss = f", loss {views.number(job['latest_loss'])}" if job.get("latest_loss") is not None else ""
+    console.print(Text.assemble(f"job {job['id']}: ", views.status_text(job["status"]),
+                                f" at step {views.steps(job)}{loss}"))  # fmt: skip
+    if job.get("error"):
+        console.print(views.text(job["error"], "red"), soft_wrap=True)
+
+
+@app.command()
+def jobs(
+    status: Annotated[str | None, typer.Option(help="Only jobs in this state.")] = None,
+    name: Annotated[str | None, typer.Option(help="Only jobs with this name.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many.")] = 50,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """List jobs, newest first."""
+    page = call(lambda: client_for(url, token).get("/jobs", status=status, name=name, limit=limit))
+    console.print(views.jobs_table(page["items"]))
+    console.print(Text(f"{len(page['items'])} of {page['total']} (times in {views.local_zone()})"))
+
+
+@app.command()
+def show(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """A job's details and timeline."""
+    job = call(lambda: client_for(url, token).get(f"/jobs/{job_id}"))
+    console.print(views.show_table(job))
+    if job.get("error"):
+        console.print(views.text(job["error"], "red"), soft_wrap=True)
+    console.print(views.timeline_table(job.get("transitions", [])))
+
+
+@app.command()
+def hosts(url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """The hosts jobs are placed on: free GPUs or slots, what runs where, when each was last seen."""
+    rows = call(lambda: client_for(url, token).get("/hosts"))
+    console.print(views.hosts_table(rows) if rows else Text("(no host has registered: start a worker)"))
+
+
+@app.command()
+def priority(job_id: int, value: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Set a queued job's priority (higher runs first, -1000 … 1000)."""
+    job = call(lambda: client_for(url, token).request("PATCH", f"/jobs/{job_id}", json={"priority": value}))
+    console.print(Text(f"job {job['id']}: priority {job['priority']}"))
+
+
+@app.command()
+def logs(  # noqa: PLR0913 (one parameter per command-line option)
+    job_id: int,
+    rank: Annotated[int, typer.Option(help="Rank whose log to show.")] = 0,
+    stream: Annotated[str, typer.Option(help="stderr or stdout.")] = "stderr",
+    tail: Annotated[int | None, typer.Option(help="Only the last N bytes.")] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new output until the job ends.")
+    ] = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """A rank's stdout/stderr."""
+    client = client_for(url, token)
+    chunk = call(lambda: client.get(f"/jobs/{job_id}/logs", rank=rank, stream=stream, tail=tail))
+    console.out(chunk["text"], end="", highlight=False)  # out(): no markup, no wrapping
+    printed = bool(chunk["text"])
+    offset = chunk["next_offset"]
+    while follow:
+        chunk = call(lambda o=offset: client.get(f"/jobs/{job_id}/logs", rank=rank, stream=stream, offset=o))
+        if chunk["text"]:
+            console.out(chunk["text"], end="", highlight=False)
+            printed = True
+        offset = chunk["next_offset"]
+        if not chunk["text"]:
+            if call(lambda: client.get(f"/jobs/{job_id}"))["status"] in views.finished_states():
+                break
+            time.sleep(1.0)
+    if not printed:  # on stderr: a redirected log stays the log
+        err.print(f"(empty) rank {rank} {stream} of job {job_id}", style="dim", highlight=False)
+
+
+@app.command()
+def cancel(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Cancel a job (a running one checkpoints and stops within the grace period)."""
+    job = call(lambda: client_for(url, token).post(f"/jobs/{job_id}/cancel"))
+    console.print(f"job {job_id}: {job['status']}")
+
+
+@app.command()
+def checkpoints(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """A job's checkpoints."""
+    rows = call(lambda: client_for(url, token).get(f"/jobs/{job_id}/checkpoints"))
+    if not rows:
+        err.print(f"(empty) job {job_id} has no checkpoints yet", style="dim", highlight=False)
+        return
+    console.print(views.checkpoints_table(rows, _run_dir_name(job_id)))
+
+
+def _run_dir_name(job_id: int) -> str:
+    """The job's run dir relative to the runs dir (`job_<id>`): checkpoint paths under it are what resume_from takes."""
+    from trainer.run_dir import job_run_dir
+
+    return job_run_dir(Path(), job_id).as_posix()
+
+
+@app.command()
+def download(
+    job_id: int,
+    step: Annotated[int | None, typer.Option(help="Checkpoint step (default: the latest).")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="File to write (default: the checkpoint's name).")
+    ] = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Download a job's checkpoint and verify its sha256."""
+    client = client_for(url, token)
+    rows = call(lambda: client.get(f"/jobs/{job_id}/checkpoints"))
+    if step is not None:
+        rows = [c for c in rows if c["step"] == step]
+    if not rows:
+        fail(
+            f"job {job_id} has no checkpoint{f' at step {step}' if step is not None else ''}: "
+            f"see `rankzero checkpoints {job_id}`"
+        )
+    ckpt = max(rows, key=lambda c: c["step"])
+    target = out or Path(Path(ckpt["path"]).name)
+    digest = hashlib.sha256()
+    tmp = target.with_name(target.name + ".part")
+
+    def fetch() -> None:
+        with client.stream(f"/checkpoints/{ckpt['id']}/download") as r, open(tmp, "wb") as fh:
+            for block in r.iter_bytes(1 << 20):
+                digest.update(block)
+                fh.write(block)
+
+    call(fetch)
+    if digest.hexdigest() != ckpt["sha256"]:
+        tmp.unlink(missing_ok=True)
+        fail(
+            f"sha256 mismatch for checkpoint {ckpt['id']}: got {digest.hexdigest()}, "
+            f"expected {ckpt['sha256']}; try again"
+        )
+    tmp.replace(target)
+    console.print(
+        Text(f"{target}  step {ckpt['step']:,}  {ckpt['bytes']:,} bytes  sha256 {ckpt['sha256']} ✓"), soft_wrap=True
+    )
+
+
+@app.command()
+def follow(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Attach to a job: the live progress bar (step, loss, ETA) until it ends; exit 1 unless it succeeded."""
+    client = client_for(url, token)
+    job = call(lambda: client.get(f"/jobs/{job_id}"))
+    if job["status"] in views.finished_states():
+        _print_outcome(job)
+        if job["status"] != "succeeded":
+            raise typer.Exit(1)
+        return
+    _follow_to_end(client, job_id)
+
+
+@app.command()
+def metrics(
+    job_id: int,
+    name: Annotated[str | None, typer.Argument(help="One series (e.g. train/loss); default: every series.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Latest, min and max (with their steps) of each metric series of a job."""
+    body = call(lambda: client_for(url, token).get(f"/jobs/{job_id}/metrics", name=name, max_points=2000))
+    summaries = [views.series_summary(s) for s in body["series"]]
+    if as_json:
+        console.out(json.dumps(summaries, indent=2), highlight=False)
+    elif not any(s["points"] for s in summaries):
+        err.print(f"(empty) job {job_id} has no metric {name!r}" if name else f"(empty) job {job_id} has no metrics",
+                  style="dim", highlight=False)  # fmt: skip
+    else:
+        console.print(views.metrics_table(summaries))
+
+
+@app.command()
+def resume(
+    job_id: int,
+    step: Annotated[int | None, typer.Option(help="Checkpoint step to resume from (default: the latest).")] = None,
+    max_steps: Annotated[
+        int | None,
+        typer.Option(help="Train to this step (default: the original end, or as long again past a finished run)."),
+    ] = None,
+    follow_job: Annotated[
+        bool, typer.Option("--follow", "-f", help="Show the live progress bar until it ends.")
+    ] = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Submit a new job that resumes JOB from a checkpoint (same spec, resume_from set, max_steps beyond it)."""
+    from core.resume import resume_spec
+
+    client = client_for(url, token)
+    job = call(lambda: client.get(f"/jobs/{job_id}"))
+    rows = [c for c in call(lambda: client.get(f"/jobs/{job_id}/checkpoints")) if step is None or c["step"] == step]
+    if not rows:
+        fail(f"job {job_id} has no checkpoint{f' at step {step}' if step is not None else ''}: "
+              f"see `rankzero checkpoints {job_id}`")  # fmt: skip
+    ckpt = max(rows, key=lambda c: c["step"])
+    spec, how = resume_spec(
+        {**job["spec"], "name": job["name"]},
+        total_steps=job.get("total_steps"),
+        checkpoint_step=ckpt["step"],
+        resume_from=f"{_run_dir_name(job_id)}/{ckpt['path']}",
+        max_steps=max_steps,
+    )
+    new = call(lambda: client.post("/jobs", json=spec))
+    _print_queued(new, f"\n  from job {job_id}'s checkpoint at step {ckpt['step']:,}: {how}")
+    if follow_job:
+        _follow_to_end(client, new["id"])
+
+
+@app.command()
+def schema() -> None:
+    """Print the job spec's JSON Schema."""
+    from trainer.spec import json_schema
+
+    console.out(json.dumps(json_schema(), indent=2), highlight=False)

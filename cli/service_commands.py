@@ -1,0 +1,125 @@
+"""Service commands: run the API and the worker together (`up`), or each part alone (`api`, `worker`,
+`scheduler`). Job commands are in cli/job_commands.py."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.text import Text
+
+from cli.app import app, console, fail, load_settings, private_files
+from cli.client import default_url, forget_server, record_server
+
+
+@app.command()
+def up(
+    port: Annotated[int | None, typer.Option(help="API port (default RANKZERO_PORT or 8000).")] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(help="Jobs the worker runs at once (default RANKZERO_CONCURRENCY, else its GPUs or CPU slots)."),
+    ] = None,
+) -> None:
+    """API + worker on this machine: SQLite and an embedded broker under RANKZERO_DATA_DIR, bound to 127.0.0.1."""
+    from api.server import log_to_file, serve
+    from cli.serve import start_worker_process, stop_process
+    from core.migrate import upgrade
+
+    private_files()
+    settings = load_settings(**({"port": port} if port else {}))
+    settings = settings.model_copy(
+        update={"host": "127.0.0.1"}
+    )  # `up` is the local default; `rankzero api` binds elsewhere
+    settings.ensure_data_dir()
+    upgrade(settings.resolved_database_url)
+    try:
+        token = settings.token()
+    except ValueError as exc:
+        fail(str(exc), code=2)
+    worker = start_worker_process(settings, concurrency, settings.data_dir / "worker.log")
+    url = default_url(settings)
+    api_log = settings.data_dir / "api.log"
+    # Plain lines, one value each, nothing wrapped or boxed: they survive a copy-paste whole.
+    for line in (
+        "rankzero is up",
+        f"  dashboard:  {url}/",
+        f"  API docs:   {url}/docs",
+        f"  API token:  {token}",
+        f"  CLI:        export RANKZERO_API_TOKEN={token}",
+        f"  data:       {settings.data_dir}",
+        f"  logs:       {api_log}  {settings.data_dir / 'worker.log'}",
+        "  Ctrl-C stops the API and the worker (running jobs checkpoint and go back to the queue)",
+    ):
+        console.print(Text(line), soft_wrap=True)
+    record_server(settings, url)  # the CLI of this data dir finds this port (`up --port`)
+    try:
+        serve(settings, log_config=log_to_file(api_log))
+    finally:
+        forget_server(settings)
+        console.print("stopping the worker (running jobs checkpoint and go back to the queue)…")
+        stop_process(worker)
+
+
+@app.command()
+def api(
+    host: Annotated[str | None, typer.Option(help="Bind address (default RANKZERO_HOST or 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default RANKZERO_PORT or 8000).")] = None,
+) -> None:
+    """Run only the API (uvicorn). A non-loopback --host needs RANKZERO_API_TOKEN."""
+    from api.server import UnsafeBind, serve
+
+    overrides: dict[str, Any] = {}
+    if host:
+        overrides["host"] = host
+    if port:
+        overrides["port"] = port
+    private_files()
+    settings = load_settings(**overrides)
+    try:
+        record_server(settings, default_url(settings))
+        serve(settings)
+    except (UnsafeBind, ValueError) as exc:
+        fail(str(exc), code=2)
+    finally:
+        forget_server(settings)
+
+
+@app.command()
+def worker(
+    concurrency: Annotated[
+        int | None, typer.Option("--concurrency", "-c", help="Jobs at once (default: the GPU count, at least 1).")
+    ] = None,
+    pool: Annotated[
+        str, typer.Option(help="Celery pool: threads (default; a supervisor mostly waits), prefork or solo.")
+    ] = "threads",
+    loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "info",
+) -> None:
+    """Run only a worker (Celery), using RANKZERO_BROKER_URL / RANKZERO_DATABASE_URL when set."""
+    from cli.serve import run_worker
+
+    private_files()
+    run_worker(load_settings(), concurrency, pool, loglevel)
+
+
+@app.command()
+def scheduler() -> None:
+    """Run only a scheduler candidate (every worker runs one too; one of all of them leads at a time)."""
+    import logging
+    import signal
+    import threading
+
+    from core.migrate import upgrade
+    from worker.scheduler import start_scheduler_thread
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings = load_settings()
+    upgrade(settings.resolved_database_url)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    thread = start_scheduler_thread(settings, stop)
+    try:
+        while thread.is_alive():
+            thread.join(1.0)
+    except KeyboardInterrupt:
+        stop.set()
+        thread.join(10)
