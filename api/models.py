@@ -1,4 +1,4 @@
-"""Response models of the REST API (the shapes docs/ARCHITECTURE.md promises)."""
+"""Response models of the REST API: /openapi.json (and /docs) are generated from them; docs/api.md describes them."""
 
 from __future__ import annotations
 
