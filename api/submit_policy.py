@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from core.db import get_engine
 from core.paths import UnsafePath, inside_dataset_roots, inside_runs_dir, run_dir_of
 from core.settings import Settings
 from core.tables import TERMINAL_STATUSES, Checkpoint, Job
+from trainer import catalogue
 from trainer.data import confine
 from trainer.spec import JobSpec
 
@@ -181,9 +181,6 @@ def check_capacity(spec: JobSpec, settings: Settings) -> None:
 
 # --- resource limits (each names its setting) ---------------------------------------------------
 
-RESNET_BODY_PARAMS = {18: 11_166_976, 50: 23_498_496}  # without conv1, the batch-norm after it, and fc
-RESNET_FEATURES = {18: 512, 50: 2048}
-
 
 def _limit(loc: tuple[str, ...], what: str, value: int, limit: int, setting: str, hint: str) -> SpecRefused:
     return SpecRefused(
@@ -233,52 +230,20 @@ def check_loader_and_batch(spec: JobSpec, settings: Settings) -> None:
         )
 
 
-def _int_arg(args: dict, key: str, default: int, loc: tuple[str, ...]) -> int:
-    value = args.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise SpecRefused((*loc, key), f"{'.'.join(loc[1:])}.{key} must be a whole number ≥ 0 (got {value!r})")
-    return value
-
-
-def _int_list_arg(args: dict, key: str, default: list[int], loc: tuple[str, ...]) -> list[int]:
-    value = args.get(key, default)
-    items = [value] if isinstance(value, int) and not isinstance(value, bool) else value
-    if not isinstance(items, list) or not items:
-        raise SpecRefused((*loc, key), f"{'.'.join(loc[1:])}.{key} must be a whole number or a list of them")
-    return [_int_arg({key: v}, key, 0, loc) for v in items]
-
-
 def model_params(spec: JobSpec) -> int | None:
     """Parameters of a built-in model from its args (None for user code, which the server cannot size)."""
-    args, loc = spec.model.args, ("body", "model", "args")
-    if spec.model.name == "mlp":
-        prev, total = _int_arg(args, "in_features", 64, loc), 0
-        for width in [*_int_list_arg(args, "hidden", [128], loc), _int_arg(args, "num_classes", 10, loc)]:
-            total += prev * width + width
-            prev = width
-        return total
-    if spec.model.name == "convnet":
-        c, k = _int_arg(args, "in_channels", 1, loc), _int_arg(args, "num_classes", 10, loc)
-        return (32 * c * 9 + 32) + 64 + (64 * 32 * 9 + 64) + 128 + (64 * 16 * 128 + 128) + (128 * k + k)
-    if spec.model.name in ("resnet18", "resnet50"):
-        depth = int(spec.model.name[6:])
-        c, k = _int_arg(args, "in_channels", 3, loc), _int_arg(args, "num_classes", 10, loc)
-        return RESNET_BODY_PARAMS[depth] + 64 * c * 49 + 128 + RESNET_FEATURES[depth] * k + k
-    return None
+    try:
+        return catalogue.model_params(spec.model.name, spec.model.args)
+    except catalogue.ArgError as exc:
+        raise SpecRefused(("body", "model", "args", exc.key), str(exc)) from None
 
 
 def data_elements(spec: JobSpec) -> int | None:
     """Numbers a generated data set holds (inputs, targets and the label map); None for the others."""
-    args, loc = spec.data.args, ("body", "data", "args")
-    if spec.data.name == "synthetic":
-        n, f = _int_arg(args, "num_samples", 1024, loc), _int_arg(args, "num_features", 32, loc)
-        key = "num_outputs" if args.get("task") == "regression" else "num_classes"
-        out = _int_arg(args, key, 1 if key == "num_outputs" else 10, loc)
-        return n * f + f * out + n * out
-    if spec.data.name == "fake":
-        n = _int_arg(args, "num_samples", 256, loc)
-        return n * math.prod(_int_list_arg(args, "image_size", [3, 32, 32], loc))
-    return None
+    try:
+        return catalogue.data_elements(spec.data.name, spec.data.args)
+    except catalogue.ArgError as exc:
+        raise SpecRefused(("body", "data", "args", exc.key), str(exc)) from None
 
 
 def check_sizes(spec: JobSpec, settings: Settings) -> None:

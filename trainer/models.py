@@ -7,11 +7,20 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainer.catalogue import MODELS
 from trainer.spec import ModelSpec, is_user_code
 from trainer.user_code import import_user_function
 
+# Default args come from the catalogue (the submit limits size models with the same ones).
+_MLP, _CONVNET, _RESNET = MODELS["mlp"].defaults, MODELS["convnet"].defaults, MODELS["resnet18"].defaults
 
-def mlp(in_features: int = 64, hidden: int | list[int] = 128, num_classes: int = 10, dropout: float = 0.0) -> nn.Module:
+
+def mlp(
+    in_features: int = _MLP["in_features"],
+    hidden: int | list[int] = _MLP["hidden"],
+    num_classes: int = _MLP["num_classes"],
+    dropout: float = _MLP["dropout"],
+) -> nn.Module:
     """Flatten → (Linear → ReLU [→ Dropout]) per hidden width → Linear."""
     widths = [hidden] if isinstance(hidden, int) else list(hidden)
     layers: list[nn.Module] = [nn.Flatten()]
@@ -29,7 +38,12 @@ class ConvNet(nn.Module):
     """PyTorch's two-conv MNIST example net, with BatchNorm after each conv. The adaptive pool makes it
     take any image size ≥ 5×5 (MNIST 28×28, digits 8×8 with data.args.image true, CIFAR 32×32)."""
 
-    def __init__(self, in_channels: int = 1, num_classes: int = 10, dropout: float = 0.25) -> None:
+    def __init__(
+        self,
+        in_channels: int = _CONVNET["in_channels"],
+        num_classes: int = _CONVNET["num_classes"],
+        dropout: float = _CONVNET["dropout"],
+    ) -> None:
         super().__init__()
         self.features = nn.Sequential(
             nn.Conv2d(in_channels, 32, 3, 1),
@@ -51,7 +65,7 @@ class ConvNet(nn.Module):
 
 
 def _resnet(depth: int):
-    def build(num_classes: int = 10, in_channels: int = 3) -> nn.Module:
+    def build(num_classes: int = _RESNET["num_classes"], in_channels: int = _RESNET["in_channels"]) -> nn.Module:
         from torchvision import models
 
         net = getattr(models, f"resnet{depth}")(weights=None, num_classes=num_classes)
@@ -62,6 +76,7 @@ def _resnet(depth: int):
     return build
 
 
+# One builder per catalogue entry (tests/trainer/test_catalogue.py checks names and default args agree).
 BUILDERS: dict[str, Any] = {"mlp": mlp, "convnet": ConvNet, "resnet18": _resnet(18), "resnet50": _resnet(50)}
 
 

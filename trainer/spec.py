@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from trainer import catalogue
 from trainer.entrypoint import Entrypoint, parse_entrypoint
 
 # `package.module:function` names user code; anything else names a built-in.
@@ -30,9 +31,10 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 MAX_ARGS_DEPTH = 6
 MAX_ARGS_BYTES = 16_384
 
-BUILTIN_MODELS = ("mlp", "convnet", "resnet18", "resnet50")
-BUILTIN_DATA = ("digits", "mnist", "fashion_mnist", "cifar10", "fake", "synthetic", "image_folder")
-BUILTIN_LOSSES = ("cross_entropy", "mse")
+# The built-in names (declared, with their default args and sizes, in trainer/catalogue.py).
+BUILTIN_MODELS = tuple(catalogue.MODELS)
+BUILTIN_DATA = tuple(catalogue.DATA)
+BUILTIN_LOSSES = catalogue.LOSSES
 MAX_ENTRYPOINT_CHARS = 4096
 # Fields only the built-in trainer reads: refused next to an `entrypoint` when the user sets them.
 # (`checkpoint.keep_last` is the one checkpoint field a script job keeps: the SDK prunes by it.)
@@ -91,7 +93,7 @@ class ModelSpec(StrictModel):
     name: str = Field(
         "mlp",
         max_length=200,
-        description="Built-in model (mlp, convnet, resnet18, resnet50) or 'package.module:function' "
+        description=f"Built-in model ({', '.join(BUILTIN_MODELS)}) or 'package.module:function' "
         "returning an nn.Module.",
     )
     args: Args
@@ -138,7 +140,8 @@ class LossSpec(StrictModel):
     name: str = Field(
         "cross_entropy",
         max_length=200,
-        description="cross_entropy, mse, or 'package.module:function' with fn(model, batch) -> scalar tensor.",
+        description=f"{', '.join(BUILTIN_LOSSES)}, or 'package.module:function' "
+        "with fn(model, batch) -> scalar tensor.",
     )
 
     @field_validator("name")

@@ -21,11 +21,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from trainer.catalogue import DATA
+
 ROOTS_ENV = "RANKZERO_TRAINER_DATA_ROOTS"  # os.pathsep-separated; the first is the base of relative paths
 PROTECTED_ENV = "RANKZERO_TRAINER_PROTECTED_DIRS"  # os.pathsep-separated
 
 # The built-in data sets that read a folder, and the arg that names it.
-PATH_ARGS = {"mnist": "root", "fashion_mnist": "root", "cifar10": "root", "image_folder": "path"}
+# Built-in data set → the arg that names its folder (from the catalogue).
+PATH_ARGS = {name: entry.path_arg for name, entry in DATA.items() if entry.path_arg is not None}
 
 _PERCENT_ENCODED = re.compile(r"%[0-9A-Fa-f]{2}")
 

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, Subset
 
+from trainer.catalogue import DATA
 from trainer.data.confine import confine_from_env
 from trainer.data.download import download_failed_message, download_lock, missing_message
 from trainer.spec import DataSpec, is_user_code
@@ -92,7 +93,7 @@ def _digits(args: dict[str, Any], seed: int) -> TensorPairDataset:
     """scikit-learn's bundled 8×8 digits (1797 samples, no download). `image: true` gives 1×8×8 inputs."""
     pixels, labels = _digits_table()
     x = torch.tensor(pixels, dtype=torch.float32) / 16.0
-    if args.get("image", False):
+    if args["image"]:
         x = x.view(-1, 1, 8, 8)
     return TensorPairDataset(x, torch.tensor(labels, dtype=torch.long))
 
@@ -100,14 +101,14 @@ def _digits(args: dict[str, Any], seed: int) -> TensorPairDataset:
 def _synthetic(args: dict[str, Any], seed: int) -> TensorPairDataset:
     """Seeded Gaussian inputs; classification labels come from a fixed random linear map (learnable),
     or `task: regression` gives float targets of size `num_outputs`."""
-    n = int(args.get("num_samples", 1024))
-    features = int(args.get("num_features", 32))
+    n = int(args["num_samples"])
+    features = int(args["num_features"])
     gen = torch.Generator().manual_seed(int(args.get("seed", seed)))
     x = torch.randn(n, features, generator=gen)
-    if args.get("task", "classification") == "regression":
-        w = torch.randn(features, int(args.get("num_outputs", 1)), generator=gen)
+    if args["task"] == "regression":
+        w = torch.randn(features, int(args["num_outputs"]), generator=gen)
         return TensorPairDataset(x, x @ w + 0.1 * torch.randn(n, w.shape[1], generator=gen))
-    w = torch.randn(features, int(args.get("num_classes", 10)), generator=gen)
+    w = torch.randn(features, int(args["num_classes"]), generator=gen)
     return TensorPairDataset(x, (x @ w).argmax(dim=1))
 
 
@@ -128,8 +129,8 @@ def _torchvision_split(cls_name: str, mean: tuple[float, ...], std: tuple[float,
 
         cls = getattr(tvd, cls_name)
         # Confined before torchvision touches (or, with download, creates) anything.
-        root = confine_from_env(args.get("root", "data"), "data.args.root")
-        download = bool(args.get("download", False))
+        root = confine_from_env(args["root"], "data.args.root")
+        download = bool(args["download"])
         tf = _vision_transform(mean, std)
         if not download:
             try:
@@ -154,11 +155,11 @@ def _fake(args: dict[str, Any], seed: int) -> Dataset:
     """torchvision FakeData: random images, deterministic per index."""
     from torchvision import datasets, transforms
 
-    size = tuple(args.get("image_size", (3, 32, 32)))
+    size = tuple(args["image_size"])
     return datasets.FakeData(
-        size=int(args.get("num_samples", 256)),
+        size=int(args["num_samples"]),
         image_size=size,
-        num_classes=int(args.get("num_classes", 10)),
+        num_classes=int(args["num_classes"]),
         transform=transforms.ToTensor(),
         random_offset=int(args.get("random_offset", seed)),
     )
@@ -184,6 +185,7 @@ def _image_folder(args: dict[str, Any], seed: int) -> Dataset | tuple[Dataset, D
     return datasets.ImageFolder(root, transform=tf)
 
 
+# One builder per catalogue entry; each receives its args merged with the catalogue's defaults.
 BUILDERS: dict[str, Callable[[dict[str, Any], int], Any]] = {
     "digits": _digits,
     "synthetic": _synthetic,
@@ -195,17 +197,16 @@ BUILDERS: dict[str, Callable[[dict[str, Any], int], Any]] = {
 }
 
 
-# Built-in sets built without writing anything (in memory, or only reading files): every local rank
-# may build them at once. A download (torchvision's `download: true`, or a user factory's) is done by
-# local rank 0 while the others wait, then they read the files.
-READ_ONLY = frozenset({"digits", "synthetic", "fake", "image_folder"})
-
-
 def build_concurrently(spec: DataSpec) -> bool:
-    """Whether every local rank may build `spec`'s data sets at the same time (nothing is downloaded)."""
-    if spec.name in READ_ONLY:
-        return True
-    return spec.name in BUILDERS and not spec.args.get("download", False)
+    """Whether every local rank may build `spec`'s data sets at the same time (nothing is downloaded).
+
+    Built-in sets that never download (in memory, or only reading files) always may. A download
+    (torchvision's `download: true`, or a user factory's) is done by local rank 0 while the others
+    wait, then they read the files."""
+    entry = DATA.get(spec.name)
+    if entry is None:
+        return False  # user code: it may download
+    return not (entry.downloads and entry.args(spec.args)["download"])
 
 
 def build_datasets(spec: DataSpec, seed: int) -> tuple[Dataset, Dataset | None]:
@@ -213,7 +214,7 @@ def build_datasets(spec: DataSpec, seed: int) -> tuple[Dataset, Dataset | None]:
     if is_user_code(spec.name):
         made = import_user_function(spec.name, "data factory")(**spec.args)
     else:
-        made = BUILDERS[spec.name](spec.args, seed)
+        made = BUILDERS[spec.name](DATA[spec.name].args(spec.args), seed)
     if isinstance(made, tuple):
         if len(made) != 2:
             raise ValueError(
