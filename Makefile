@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTHON ?= python3
 
-.PHONY: up test lint web chromium bench clean
+.PHONY: up test test-fast lint web web-types chromium bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,8 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-# Front-end libraries come from the npm registry (web/package.json + lockfile), copied into web/static/vendor.
+# Front-end libraries come from the npm registry (web/package.json + lockfile), copied into web/static/vendor;
+# the same install brings the dashboard's checkers (typescript, openapi-typescript: devDependencies).
 web/static/vendor/.built: web/package.json web/package-lock.json
 	cd web && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
 	mkdir -p web/static/vendor
@@ -30,6 +31,10 @@ web/static/vendor/.built: web/package.json web/package-lock.json
 	touch $@
 
 web: web/static/vendor/.built
+
+# The dashboard's types of the REST shapes (web/types/api.d.ts), generated from the app's OpenAPI (no server).
+web-types: $(VENV)/.installed web
+	$(BIN)/python web/openapi_types.py
 
 # Debian's chromium for the browser tests (Playwright drives it; no browser download).
 chromium:
@@ -42,12 +47,21 @@ sandbox:
 up: $(VENV)/.installed web sandbox
 	$(BIN)/rankzero up
 
-lint: $(VENV)/.installed-test
+# Python: lint, format, import contracts, types (basedpyright, [tool.pyright] in pyproject.toml).
+# The dashboard: tsc over the plain JS files (// @ts-check; web/jsconfig.json).
+lint: $(VENV)/.installed-test web
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/basedpyright
+	cd web && npm run --silent check
 
 test: $(VENV)/.installed-test web chromium sandbox lint
 	$(BIN)/pytest -q -p no:cacheprovider
+
+# The unit tier: no server, worker, browser or torchrun (tests/conftest.py marks those `slow`).
+test-fast: $(VENV)/.installed-test web
+	$(BIN)/pytest -q -p no:cacheprovider -m "not slow"
 
 bench: $(VENV)/.installed
 	$(BIN)/python bench/trainer_overhead.py

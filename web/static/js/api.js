@@ -1,3 +1,4 @@
+// @ts-check
 // Fetch wrapper for the REST API: the session cookie rides along; unsafe methods echo the CSRF
 // cookie in X-CSRF-Token (double submit, see api/auth.py); a lost session goes back to /login.
 
@@ -23,14 +24,28 @@ export function toLogin() {
   location.assign(`/login?next=${encodeURIComponent(here)}`);
 }
 
+/**
+ * @typedef {object} RequestOptions
+ * @property {string} [method]
+ * @property {unknown} [body] sent as JSON, or as text when `raw`
+ * @property {boolean} [raw]
+ * @property {AbortSignal} [signal]
+ */
+
+/**
+ * @param {string} url
+ * @param {RequestOptions} [options]
+ * @returns {Promise<any>} the parsed JSON body (text when it is not JSON; null when empty)
+ */
 export async function request(url, { method = "GET", body, raw = false, signal } = {}) {
   const headers = { Accept: "application/json" };
   if (method !== "GET" && method !== "HEAD") headers["X-CSRF-Token"] = csrfToken();
+  /** @type {BodyInit | undefined} */
   let payload;
   if (body !== undefined) {
     if (raw) {
       headers["Content-Type"] = "text/plain; charset=utf-8";
-      payload = body;
+      payload = /** @type {string} */ (body);
     } else {
       headers["Content-Type"] = "application/json";
       payload = JSON.stringify(body);
@@ -50,7 +65,11 @@ export async function request(url, { method = "GET", body, raw = false, signal }
   return data;
 }
 
-/** GET/POST under /api with a query built from an object (arrays repeat the key; null/"" are left out). */
+/**
+ * GET/POST under /api with a query built from an object (arrays repeat the key; null/"" are left out).
+ * @param {string} path
+ * @param {RequestOptions & {query?: Record<string, unknown>}} [options]
+ */
 export function api(path, { query, ...options } = {}) {
   return request(`/api${path}${queryString(query)}`, options);
 }

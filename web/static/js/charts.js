@@ -1,3 +1,4 @@
+// @ts-check
 // Line charts on uPlot (loaded as the global `uPlot` from /static/vendor).
 //
 // LineChart draws tables of (x, y) points that need not share x values (train/loss every step,
@@ -141,6 +142,8 @@ export class LineChart {
     this.smoothing = opts.smoothing || 0;
     this.logChoice = opts.log ?? "auto";
     this.log = false;
+    /** @type {string | undefined} what a page keeps to know which data the chart shows (compare: the run set) */
+    this.key = undefined;
     this.tables = opts.series.map(() => ({ xs: [], ys: [] }));
     this.u = null;
     this.zoomed = null; // {min, max} while zoomed in
@@ -231,7 +234,7 @@ export class LineChart {
           if (chart.opts.onZoom) chart.opts.onZoom(min, max, chart);
         }],
         setCursor: [(u) => chart.updateLegend(u)],
-        draw: [(u) => chart.markDrawn(u)],
+        draw: [() => chart.markDrawn()],
       },
     };
   }

@@ -1,3 +1,4 @@
+// @ts-check
 // Compare: pick runs from a searchable list, overlay any metric they logged, with the x axis by
 // optimizer step, epoch, samples seen (step × global batch) or time since start, so runs of different
 // lengths and strategies line up; a table of what differs between their specs. The state lives in the

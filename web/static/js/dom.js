@@ -1,3 +1,4 @@
+// @ts-check
 // Tiny DOM builder: text always goes in as text (job errors and logs are untrusted), never as HTML.
 
 export function h(tag, attrs = {}, ...children) {

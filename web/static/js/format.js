@@ -1,3 +1,4 @@
+// @ts-check
 // Number, time and size formatting shared by the pages.
 import { h } from "./dom.js";
 

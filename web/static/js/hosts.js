@@ -1,3 +1,4 @@
+// @ts-check
 // Hosts: every machine the scheduler places jobs on (GET /api/hosts), polled every 5 s: its GPUs
 // (each used or free), CPU rank slots used of total, the jobs on it (with their node rank), and when
 // its workers last beat. A dead host (stale heartbeat) is greyed; a draining one takes nothing new.

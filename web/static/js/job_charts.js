@@ -1,3 +1,4 @@
+// @ts-check
 // Every metric series of one job, charted and grouped by prefix: training and validation (train/X and
 // val/X share a chart "X"; lr), throughput, a user script's own prefixes, then system (sys/…: one
 // chart per measure, a series per rank or GPU). One request reads every series (GET

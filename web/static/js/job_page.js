@@ -1,3 +1,4 @@
+// @ts-check
 // Job page: the outcome first (a failure's cause, why a queued job waits, a finished job's final and
 // best validation values), then progress, configuration, code bundle, charts, timeline, checkpoints,
 // logs. One SSE connection (GET /api/jobs/{id}/stream) feeds status, progress, metric points and
@@ -11,6 +12,10 @@ import {
   fmtAgo, fmtBytes, fmtClock, fmtDuration, fmtInt, fmtNumber, fmtRate, jobDuration, parseTime, progressFraction, statusBadge, TERMINAL,
 } from "./format.js";
 import { setProgress } from "./progress.js";
+
+// The REST shapes, generated from the API's OpenAPI (web/types/api.d.ts; tsc checks their use).
+/** @typedef {import("../../types/api").components["schemas"]["JobDetail"]} JobDetail */
+/** @typedef {import("../../types/api").components["schemas"]["JobPlacement"]} JobPlacement */
 
 const jobId = Number($("#job-page").dataset.jobId);
 let job = null;
@@ -76,15 +81,19 @@ function renderJob(j) {
   renderChartsEmpty();
 }
 
-/** Where it runs: its hosts, and for an elastic fit, how many of its ranks it got. */
+/**
+ * Where it runs: its hosts, and for an elastic fit, how many of its ranks it got.
+ * @param {JobDetail} j
+ */
 function renderPlacement(j) {
   const el = $("#job-placement");
+  /** @type {JobPlacement | null | undefined} */
   const p = j.placement;
   const live = !TERMINAL.has(j.status);
   if (!p || !Array.isArray(p.nodes) || !p.nodes.length) { el.hidden = true; return; }
   const hosts = p.nodes.map((n) => n.host);
   const parts = [`${live ? "Running" : "Ran"} on ${hosts.join(", ")}`];
-  const wanted = j.spec?.nproc;
+  const wanted = /** @type {number | undefined} */ (j.spec?.nproc); // the spec crosses as a plain object
   if (p.nproc && wanted && p.nproc < wanted) {
     parts.push(`· on ${p.nproc} of ${wanted} ranks${p.accumulation_steps ? ` (accumulation ×${p.accumulation_steps})` : ""}: the same global batch, fewer processes`);
   }

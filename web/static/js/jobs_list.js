@@ -1,3 +1,4 @@
+// @ts-check
 // Jobs list: filters and paging mirrored in the URL, polled every 2 s, rows updated in place
 // (so focus and ticked boxes survive the refresh), ticked jobs go to the compare page.
 import { api, ApiError } from "./api.js";

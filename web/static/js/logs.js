@@ -1,3 +1,4 @@
+// @ts-check
 // Per-rank log viewer: reads a rank's stdout/stderr by byte offset and, while following, polls
 // for what was appended since (GET /api/jobs/{id}/logs?rank&stream&offset). Search highlights every
 // match in the text in hand (the CSS Custom Highlight API: the log stays one text node) and steps

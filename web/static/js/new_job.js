@@ -1,3 +1,4 @@
+// @ts-check
 // New job page: a form built from the spec's JSON Schema plus a raw JSON/YAML editor.
 // YAML is parsed by the server (POST /ui/parse-spec, yaml.safe_load) so no hand-written parser
 // runs here; JSON is parsed in the browser. 422 errors land under the field their loc names.

@@ -1,3 +1,4 @@
+// @ts-check
 // The progress bar used by the list and the job page (a div with role=progressbar).
 import { h } from "./dom.js";
 

@@ -1,3 +1,4 @@
+// @ts-check
 // Builds form fields from the JobSpec JSON Schema (GET /api/schema/job-spec) and converts between
 // the form and a spec object. Each field's wrapper carries data-path="optimizer.lr", which is how
 // 422 errors (detail[].loc) find the field they concern.
@@ -46,6 +47,8 @@ export class SchemaForm {
     this.builtins = builtins;
     this.fields = new Map(); // path -> {node, kind, input, wrapper, error}
     this.nullToggles = new Map(); // path of a nullable object -> checkbox
+    /** @type {HTMLElement | null} the element the sections were placed in (set by the page) */
+    this.root = null;
   }
 
   /** The <fieldset> for one top-level group of keys. */
@@ -150,11 +153,15 @@ export class SchemaForm {
     const spec = this.readAll();
     for (const [path, f] of this.fields) f.wrapper.hidden = !applies(path, spec, this.builtins);
     for (const box of this.root?.querySelectorAll("fieldset.sub") || []) {
+      if (!(box instanceof HTMLElement)) continue;
       const top = box.dataset.path;
       box.hidden = !applies(top, spec, this.builtins);
     }
     for (const section of this.root?.querySelectorAll("fieldset.section") || []) {
-      const shown = Array.from(section.querySelectorAll(".field, fieldset.sub")).some((el) => !el.hidden && !el.closest("fieldset.sub[hidden]"));
+      if (!(section instanceof HTMLElement)) continue;
+      const shown = Array.from(section.querySelectorAll(".field, fieldset.sub")).some(
+        (el) => el instanceof HTMLElement && !el.hidden && !el.closest("fieldset.sub[hidden]"),
+      );
       section.hidden = !shown;
     }
   }
