@@ -27,4 +27,3 @@ def test_committed_types_match_the_api() -> None:
     if not gen.GENERATOR.exists():
         pytest.fail("web/node_modules has no openapi-typescript: run `make web` (npm ci in web/)")
     assert gen.TYPES_FILE.read_text() == gen.generate(), "web/types/api.d.ts is stale: run `make web-types`"
-
