@@ -141,6 +141,7 @@ def has_code(sha256: Sha256, settings: SettingsDep) -> Response:
         size = path.stat().st_size
     except FileNotFoundError:
         return Response(status_code=status.HTTP_404_NOT_FOUND)
+    bundles.mark_used(settings, sha256)  # `rankzero submit --code` asks before it submits: a use (size cap)
     return Response(status_code=status.HTTP_200_OK, headers={"X-Bundle-Bytes": str(size)})
 
 
@@ -154,6 +155,7 @@ def download_code(sha256: Sha256, settings: SettingsDep) -> FileResponse:
     path = bundles.archive_path(settings, sha256)
     if not path.is_file():
         raise _not_stored(sha256)
+    bundles.mark_used(settings, sha256)
     return FileResponse(path, media_type="application/gzip", filename=f"{sha256}.tar.gz", headers={SHA_HEADER: sha256})
 
 
