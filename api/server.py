@@ -103,6 +103,7 @@ def serve(settings: Settings, **uvicorn_options: object) -> None:
         "proxy_headers": False,
         "server_header": False,
         "http": http_protocol(settings),
+        "ws": "none",  # no WebSocket routes: an Upgrade request is plain HTTP (the guard keeps its books)
         **UVICORN_LIMITS,
     }
     options.update(uvicorn_options)
