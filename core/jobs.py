@@ -2,13 +2,14 @@
 
 Each state change is a conditional UPDATE through `transition` (two actors cannot both win) plus a
 timeline row; the legal moves are `core.job_state.ALLOWED`. Progress columns (heartbeat, ingested
-events) are written here too, so a reader finds every UPDATE of `jobs` in this file.
+events) are written here too, so a reader finds every UPDATE of `jobs` in this file. A change the
+scheduler acts on (a submit, a requeue, a job's end) wakes it once committed (core/wake.py).
 """
 
 from __future__ import annotations
 
 import socket
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,20 +17,19 @@ from sqlalchemy import update
 from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Session, select
 
-from core.db import get_engine, now_sql
+from core import wake
+from core.db import now_sql
 from core.job_state import ALLOWED, LIVE, IllegalTransition
-from core.settings import Settings
+from core.placement_record import BadPlacement, read_placement
 from core.tables import Job, JobStatus, JobTransition
 from trainer.run_dir import job_run_dir
 
 S = JobStatus
-# The heartbeat of a queued job whose message could not be sent (broker down): long stale, so the
-# recovery sweep (worker/recover.py) dispatches it again once the broker is back.
-UNDISPATCHED = datetime(2000, 1, 1, tzinfo=timezone.utc)
-
 
 # What a job that goes back to the queue forgets: where it ran. The scheduler places it afresh.
-UNPLACED: dict[str, object] = {"placement": None, "placement_id": None, "rendezvous": None, "preempt_for": None}
+UNPLACED: dict[str, object] = {
+    "placement": None, "placement_id": None, "rendezvous": None, "preempt_for": None, "vouched_at": None,
+}  # fmt: skip
 
 
 class FencedOut(Exception):
@@ -44,20 +44,25 @@ class FencedOut(Exception):
 
 
 def create(session: Session, name: str, spec: dict[str, Any], queue: str, idempotency_key: str | None = None) -> Job:
-    """Insert a queued job and its first timeline row; committed and refreshed.
+    """Insert a queued job and its first timeline row; committed and refreshed, and the scheduler woken.
 
-    The row is born undispatched (a stale heartbeat): if the caller dies before its message reaches
-    the broker, the recovery sweep sends it. Raises IntegrityError when `idempotency_key` is taken.
+    Nothing else is sent anywhere: the scheduler reads the row. Raises IntegrityError when
+    `idempotency_key` is taken.
     """
     priority = spec.get("priority", 0) if isinstance(spec.get("priority"), int) else 0
     job = Job(name=name, spec=spec, status=S.queued, queue=queue, idempotency_key=idempotency_key, priority=priority)
-    job.heartbeat_at = UNDISPATCHED
     session.add(job)
     session.flush()
     session.add(JobTransition(job_id=job.id, status=S.queued, at=job.created_at, attempt=0, detail="submitted"))
     session.commit()
     session.refresh(job)
+    _wake(session)
     return job
+
+
+def _wake(session: Session) -> None:
+    bind = session.get_bind()
+    wake.after_commit(bind if isinstance(bind, Engine) else bind.engine)
 
 
 def transition(  # noqa: PLR0913 (one keyword per guard of the conditional UPDATE)
@@ -167,16 +172,20 @@ def refuse(engine: Engine, job_id: int, message: str) -> bool:
 def finish(
     engine: Engine, job_id: int, to: JobStatus, detail: str | None = None, attempt: int | None = None, **fields: object
 ) -> bool:
-    """A live job's attempt ended: succeeded, failed or cancelled (`attempt`: only if the row is still its)."""
+    """A live job's attempt ended: succeeded, failed or cancelled (`attempt`: only if the row is still its).
+    Its place is free: the scheduler is woken."""
     with Session(engine) as s:
         sources = {src for src in LIVE if to in ALLOWED[src]}
         won = transition(s, job_id, to, expect=sources, detail=detail, fence=attempt, pid=None, **fields)
         s.commit()
-        return won
+    if won:
+        wake.after_commit(engine)
+    return won
 
 
 def requeue(engine: Engine, job_id: int, detail: str, attempt: int | None = None, **fields: object) -> bool:
-    """running/starting → queued (heartbeat cleared) so some worker picks it up again (`attempt`: fenced)."""
+    """running/starting → queued (heartbeat and placement cleared; `attempt`: fenced); the scheduler is woken
+    to place it again."""
     with Session(engine) as s:
         won = transition(
             s,
@@ -191,17 +200,20 @@ def requeue(engine: Engine, job_id: int, detail: str, attempt: int | None = None
             **fields,
         )
         s.commit()
-        return won
+    if won:
+        wake.after_commit(engine)
+    return won
 
 
 # --- heartbeats and progress --------------------------------------------------------------------
 
 
 def touch_queued(engine: Engine, job_id: int) -> bool:
-    """Mark a queued job as held by a waiting worker (recovery re-dispatches it if we die). False: no longer queued."""
+    """Vouch for a placed queued job held by a worker waiting for its GPUs (recovery places it again if that
+    worker dies: worker/recover.py). False: no longer queued."""
     with engine.begin() as conn:
         result = conn.execute(
-            update(Job).where(Job.id == job_id, Job.status == S.queued).values(heartbeat_at=now_sql(conn))
+            update(Job).where(Job.id == job_id, Job.status == S.queued).values(vouched_at=now_sql(conn))
         )  # type: ignore[arg-type]
         return result.rowcount == 1
 
@@ -235,27 +247,14 @@ def by_idempotency_key(session: Session, key: str) -> Job | None:
     return session.exec(select(Job).where(Job.idempotency_key == key)).first()
 
 
-def mark_dispatched(job_id: int, settings: Settings) -> None:
-    """Its message is with the broker: the sweep leaves a queued job alone for `redispatch_after_s`."""
-    with get_engine(settings.resolved_database_url).begin() as conn:
-        conn.execute(update(Job).where(Job.id == job_id, Job.status == S.queued).values(heartbeat_at=now_sql(conn)))  # type: ignore[arg-type]
-
-
-def mark_undispatched(job_id: int, settings: Settings) -> None:
-    """Note on the row that job `job_id` (still queued) has no message: the recovery sweep resends it."""
-    with get_engine(settings.resolved_database_url).begin() as conn:
-        conn.execute(update(Job).where(Job.id == job_id, Job.status == S.queued).values(heartbeat_at=UNDISPATCHED))  # type: ignore[arg-type]
-
-
-def take_stale_queued(session: Session, job_id: int, seen_beat: datetime | None) -> bool:
-    """Take a stale queued job for re-dispatch: True for exactly one sweeper (heartbeat still `seen_beat`).
-
-    Its heartbeat restarts now, so a message lost again (a flushed broker) is sent again one period later.
-    """
+def take_stale_queued(session: Session, job_id: int, seen_vouched: datetime | None) -> bool:
+    """Take a placed queued job nobody vouched for lately, to place it again: True for exactly one sweeper
+    (`vouched_at` still `seen_vouched`). Vouched for again now, so a sweep that loses the race to place it
+    again finds it fresh."""
     result = session.execute(
         update(Job)
-        .where(Job.id == job_id, Job.status == S.queued, Job.heartbeat_at == seen_beat)
-        .values(heartbeat_at=now_sql(session))  # type: ignore[arg-type]
+        .where(Job.id == job_id, Job.status == S.queued, Job.vouched_at == seen_vouched)
+        .values(vouched_at=now_sql(session))  # type: ignore[arg-type]
     )
     return result.rowcount == 1
 
@@ -268,7 +267,7 @@ def place(conn: Connection, job_id: int, placement: dict[str, Any], placement_id
     result = conn.execute(
         update(Job)
         .where(Job.id == job_id, Job.status == S.queued, Job.placement_id.is_(None))  # type: ignore[union-attr]
-        .values(placement=placement, placement_id=placement_id, pending_reason=None, heartbeat_at=now_sql(conn))
+        .values(placement=placement, placement_id=placement_id, pending_reason=None, vouched_at=now_sql(conn))
     )
     return result.rowcount == 1
 
@@ -280,7 +279,7 @@ def unplace(engine: Engine, job_id: int, placement_id: str | None = None, reason
     if placement_id is not None:
         where.append(Job.placement_id == placement_id)
     with engine.begin() as conn:
-        values = {**UNPLACED, "pending_reason": reason, "heartbeat_at": now_sql(conn)}
+        values = {**UNPLACED, "pending_reason": reason}
         return conn.execute(update(Job).where(*where).values(**values)).rowcount == 1  # type: ignore[arg-type]
 
 
@@ -311,8 +310,11 @@ def set_priority(session: Session, job_id: int, priority: int) -> bool:
 
 def _placement_hosts(engine: Engine, job_id: int) -> str:
     job = get_job(engine, job_id)
-    nodes = (job.placement or {}).get("nodes", []) if job else []
-    return ", ".join(str(n.get("host")) for n in nodes) or socket.gethostname()
+    try:
+        placed = read_placement(job) if job else None
+    except BadPlacement:
+        placed = None
+    return ", ".join(placed.hosts if placed else []) or socket.gethostname()
 
 
 # --- reading ------------------------------------------------------------------------------------

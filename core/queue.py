@@ -1,8 +1,9 @@
-"""Sending a job to the queue: the Celery configuration both ends share, and `enqueue`.
+"""The Celery configuration the scheduler (producer) and the workers share, and `send_node`.
 
-The API and the workers send only a job id (never the job); the database row is the truth and the
-broker only the transport. Configured for tasks that run for days (see docs/service.md, "How Celery
-is configured"):
+Nothing is sent at submit: the scheduler (worker/scheduler.py) reads queued rows and sends each placed
+node its message (a job id, node rank and placement id, never the job); the database row is the truth
+and the broker only the transport. Configured for tasks that run for days (see docs/service.md, "How
+Celery is configured"):
 
 * acks_late + reject_on_worker_lost: the message is acknowledged only when the supervising task
   returns, so a worker that dies before claiming the job gives the message back.
@@ -20,14 +21,12 @@ import threading
 
 from celery import Celery
 
-from core import jobs, wake
 from core.settings import Settings
 
 log = logging.getLogger("rankzero.queue")
 _lock = threading.Lock()
 _producers: dict[str, Celery] = {}
 
-TASK_RUN_JOB = "rankzero.run_job"  # before the scheduler: any worker of the pool; now only a nudge
 TASK_RUN_NODE = "rankzero.run_node"  # one node of a placed job, on its host's own queue
 
 
@@ -82,18 +81,6 @@ def _producer(settings: Settings) -> Celery:
         return _producers[key]
 
 
-def enqueue(job_id: int, settings: Settings) -> None:
-    """Ask some worker to run job `job_id`. Safe to call twice: the worker claims the row atomically."""
-    app = _producer(settings)
-    app.send_task(
-        TASK_RUN_JOB,
-        args=[int(job_id)],
-        queue=app.conf.task_default_queue,
-        retry=True,
-        retry_policy={"max_retries": 5, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 3},
-    )
-
-
 def send_node(job_id: int, node_rank: int, placement_id: str, host_queue: str, settings: Settings) -> None:
     """Tell one host to run node `node_rank` of job `job_id` as placed (`placement_id` fences stale copies)."""
     app = _producer(settings)
@@ -107,10 +94,7 @@ def send_node(job_id: int, node_rank: int, placement_id: str, host_queue: str, s
 
 
 def enqueue_or_defer(job_id: int, settings: Settings) -> bool:
-    """Hand a queued job to the scheduler (worker/scheduler.py), which places it on hosts and sends
-    each node its message: nothing goes to the broker here, so a broker outage never loses a submit.
-    The row is marked as vouched for (the recovery sweep leaves it alone), and the scheduler woken
-    (core/wake.py) so the job is placed now rather than at its next tick. True: always."""
-    jobs.mark_dispatched(job_id, settings)
-    wake.notify(settings)
+    """Nothing left to do: `core.jobs.create` wakes the scheduler once the row is committed, and a queued
+    row needs no message. Kept only while api/routes/jobs.py still calls it (its owner removes the call,
+    then this). True: always."""
     return True

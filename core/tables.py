@@ -56,9 +56,11 @@ class Job(SQLModel, table=True):
 
     worker_host: str | None = None
     pid: int | None = None  # torchrun's pid (leader of its process group)
-    # While running: the supervisor's heartbeat. While queued: when a worker last vouched for its
-    # delivery (message sent, or a worker holding it waits for GPUs); stale → sent again.
+    # While live: the supervisor's heartbeat (stale → its host was lost: worker/recover.py).
     heartbeat_at: datetime | None = _ts()
+    # While queued and placed: when the scheduler placed it, or node 0's worker, waiting for its GPUs, last
+    # vouched for it; stale → its host never started it, and it is placed again (worker/recover.py).
+    vouched_at: datetime | None = _ts()
     queue: str | None = Field(default=None, max_length=100)  # the pool (Celery queue) it was submitted to
     idempotency_key: str | None = Field(default=None, max_length=200)  # POST /jobs retries (unique)
 

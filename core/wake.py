@@ -1,5 +1,8 @@
 """Waking the scheduler: a submit, a requeue or a finished job makes it run a pass now, not at its next tick.
 
+The job writer (core/jobs.py) wakes it after committing such a change (`after_commit`); a node's task
+(worker/tasks.py) and a priority change (api/routes/priority.py) call `notify`.
+
 PostgreSQL: `NOTIFY rankzero_scheduler` (the leader LISTENs on its own connection). SQLite, whose
 API and workers share one machine: the mtime of a file beside the database (a stat every 50 ms costs
 nothing). Either way a lost wake-up only costs one `scheduler_poll_s`: the scheduler still ticks.
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.engine import Engine
 
 from core.db import get_engine
 from core.settings import Settings
@@ -26,8 +30,17 @@ FILE_CHECK_S = 0.05
 def _wake_file(settings: Settings) -> Path:
     url = settings.resolved_database_url
     if url.startswith("sqlite:///"):
-        return Path(url.removeprefix("sqlite:///") + ".wake")
+        return _sqlite_wake_file(url.removeprefix("sqlite:///"))
     return settings.resolved_runs_dir / ".scheduler.wake"
+
+
+def _sqlite_wake_file(database: str) -> Path:
+    return Path(database + ".wake")
+
+
+def _touch(path: Path) -> None:
+    path.touch()
+    os.utime(path)
 
 
 def _is_postgres(settings: Settings) -> bool:
@@ -41,9 +54,21 @@ def notify(settings: Settings) -> None:
             with get_engine(settings.resolved_database_url).begin() as conn:
                 conn.execute(text(f"NOTIFY {CHANNEL}"))
             return
-        path = _wake_file(settings)
-        path.touch()
-        os.utime(path)
+        _touch(_wake_file(settings))
+    except Exception as exc:  # a wake-up is an optimisation
+        log.debug("could not wake the scheduler: %s", exc)
+
+
+def after_commit(engine: Engine) -> None:
+    """Wake the scheduler after a committed change to the jobs it places (core/jobs.py calls it: a submit,
+    a requeue, a job's end), on the database `engine` writes to; never raises (it ticks anyway)."""
+    try:
+        backend = engine.url.get_backend_name()
+        if backend == "postgresql":
+            with engine.begin() as conn:
+                conn.execute(text(f"NOTIFY {CHANNEL}"))
+        elif backend == "sqlite" and engine.url.database and engine.url.database != ":memory:":
+            _touch(_sqlite_wake_file(engine.url.database))
     except Exception as exc:  # a wake-up is an optimisation
         log.debug("could not wake the scheduler: %s", exc)
 

@@ -41,12 +41,13 @@ def _aware(ts: datetime | None) -> datetime | None:
 EPOCH = datetime.fromtimestamp(0, timezone.utc)
 
 
-def _stale(status: JobStatus, beat: datetime | None, cutoff: datetime) -> bool:
-    if beat is None:
-        # A live job without a heartbeat has not been started by anyone yet; a queued one without one
-        # is a row from before dispatches were recorded: send it.
+def _stale(status: JobStatus, stamp: datetime | None, cutoff: datetime) -> bool:
+    """A live job's heartbeat, or a placed queued job's `vouched_at`, older than `cutoff`."""
+    if stamp is None:
+        # A live job without a heartbeat has not been started by anyone yet; a placed queued one never
+        # vouched for is a row from before placements were vouched for: place it again.
         return status == S.queued
-    return beat <= cutoff
+    return stamp <= cutoff
 
 
 def recover_once(settings: Settings) -> list[int]:
@@ -54,18 +55,23 @@ def recover_once(settings: Settings) -> list[int]:
     engine = get_engine(settings.resolved_database_url)
     now = db_now(engine)  # the database's clock judges every host's heartbeats
     cutoff = now - timedelta(seconds=settings.resolved_stale_after_s)
-    # A queued job is sent again when nobody vouched for its message this long (lost, flushed broker).
+    # A placed queued job is placed again when nobody vouched for it this long (its node message lost, in a
+    # flushed broker, or its worker gone while holding it).
     queued_cutoff = now - timedelta(seconds=settings.redispatch_after_s)
     touched: list[int] = []
     with Session(engine) as s:
         rows = s.execute(
-            select(Job.id, Job.status, Job.heartbeat_at, Job.host_losses).where(
-                Job.status.in_([S.starting, S.running, S.cancelling, S.queued]),
+            select(Job.id, Job.status, Job.heartbeat_at, Job.vouched_at, Job.host_losses).where(
+                or_(
+                    Job.status.in_([S.starting, S.running, S.cancelling]),
+                    (Job.status == S.queued) & Job.placement_id.isnot(None),  # an unplaced one is the scheduler's
+                ),
                 # Only this pool's jobs: another queue's workers judge (and rerun) their own.
                 or_(Job.queue == settings.queue, Job.queue.is_(None)),
             )
         ).all()  # type: ignore[attr-defined]
-    for job_id, status, raw_beat, losses in rows:
+    for job_id, status, live_beat, vouched, losses in rows:
+        raw_beat = vouched if status == S.queued else live_beat
         beat = _aware(raw_beat)
         if not _stale(JobStatus(status), beat, queued_cutoff if status == S.queued else cutoff):
             continue

@@ -16,9 +16,12 @@ def _add(url: str, status: JobStatus, beat_age_s: float, losses: int = 0, placed
     spec = {"name": "r", "max_steps": 5, **spec_over}
     placement = {"nodes": [{"host": "h", "node_rank": 0, "gpus": [], "slots": 1}], "nproc": 1,
                  "accumulation_steps": 1} if placed else None  # fmt: skip
+    # The stamp's age: a live job's heartbeat, or when a queued job was placed (its `vouched_at`).
+    stamp = datetime.now(timezone.utc) - timedelta(seconds=beat_age_s)
+    live = status != JobStatus.queued
     with Session(get_engine(url)) as s:
         job = Job(name="r", spec=spec, status=status, attempt=1 if status != JobStatus.queued else 0,
-                  heartbeat_at=datetime.now(timezone.utc) - timedelta(seconds=beat_age_s), host_losses=losses,
+                  heartbeat_at=stamp if live else None, vouched_at=None if live else stamp, host_losses=losses,
                   placement=placement, placement_id="p1" if placed else None)  # fmt: skip
         s.add(job)
         s.commit()
