@@ -128,12 +128,34 @@ def _write(path: Path, value: str) -> None:
         path.write_text(value)
 
 
+WORKER_LEAF = "rankzero-worker"
+
+
+def _delegate(base: Path) -> None:
+    """v2: enable the memory and pids controllers for the attempts' cgroups under `base`. The kernel
+    allows that only in a cgroup with no processes of its own ("no internal processes"): the first
+    time, the worker's processes move to a leaf beside the attempts' (a container's root cgroup)."""
+    wanted = {"memory", "pids"}
+    if wanted <= set((base / "cgroup.subtree_control").read_text().split()):
+        return
+    try:
+        (base / "cgroup.subtree_control").write_text("+memory +pids")
+        return
+    except OSError:
+        leaf = base / WORKER_LEAF
+        leaf.mkdir(exist_ok=True)
+        for pid in (base / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):  # gone, or a kernel thread
+                (leaf / "cgroup.procs").write_text(pid)
+    (base / "cgroup.subtree_control").write_text("+memory +pids")
+
+
 def create(layout: Layout, mark: str, memory_limit_mb: int | None, pids_max: int) -> AttemptCgroup:
     """The attempt's cgroup with its limits (raises OSError when the kernel refuses one)."""
     name = PREFIX + mark
     if layout.version == 2:
         base = layout.bases[0]
-        _write(base / "cgroup.subtree_control", "+memory +pids")
+        _delegate(base)
         d = base / name
         d.mkdir(exist_ok=True)
         if memory_limit_mb is not None:
