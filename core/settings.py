@@ -168,6 +168,11 @@ class Settings(BaseSettings):
         description="Run every attempt in a sandbox (bubblewrap namespaces + a cgroup); 'off' runs jobs as the "
         "worker's own processes, not isolated (each job then says so), where the host allows no sandbox.",
     )
+    sandbox_network: Literal["isolated", "host"] = Field(
+        "isolated",
+        description="A single-node job's network: 'isolated' (loopback only; a built-in data set download still "
+        "gets the host's) or 'host' (every job reaches the network, and its ports are reachable).",
+    )
     sandbox_pids_max: int = Field(
         16384, ge=64, description="Most processes and threads one attempt's sandbox may hold (its cgroup's pids limit)."
     )
