@@ -240,7 +240,8 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
         tmp.write_text(json.dumps(spec, indent=2))
         tmp.replace(run.spec)
     sandboxed = settings.sandbox == "on"
-    port = SANDBOXED_MASTER_PORT if sandboxed and not topo.several else free_port()
+    host_network = topo.several or needs_network(spec, settings)
+    port = SANDBOXED_MASTER_PORT if sandboxed and not host_network else free_port()
     mark = f"{job_id}-{attempt}-{uuid.uuid4().hex}"
     node = "" if topo.node_rank == 0 else f".node_{topo.node_rank}"
     launcher_log = run.logs / f"attempt_{attempt}{node}.torchrun.log"
@@ -264,7 +265,7 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
             )
         return Launched(proc, mark, port, log_dir, launcher_log, warning=sandbox.NOT_ISOLATED)
     box = sandbox.prepare(
-        sandbox_view(run, cwd, code_dir, settings, env, several=topo.several),
+        sandbox_view(run, cwd, code_dir, settings, env, host_network=host_network),
         mark,
         memory_limit_mb(spec, settings),
         settings.sandbox_pids_max,
@@ -297,8 +298,19 @@ def memory_limit_mb(spec: dict, settings: Settings) -> int | None:
     return own if isinstance(own, int) and own > 0 else settings.job_memory_limit_mb
 
 
+def needs_network(spec: dict, settings: Settings) -> bool:
+    """Does a single-node attempt share the host's network (else: loopback only)? When the server says
+    so (RANKZERO_SANDBOX_NETWORK=host), or for a built-in data set's download (`data.args.download`:
+    torchvision fetches it; the datasets dir keeps it for every later job)."""
+    if settings.sandbox_network == "host":
+        return True
+    data = spec.get("data") if isinstance(spec.get("data"), dict) else {}
+    args = data.get("args") if isinstance(data.get("args"), dict) else {}
+    return args.get("download") is True
+
+
 def sandbox_view(
-    run: RunDir, cwd: Path, code_dir: Path | None, settings: Settings, env: dict[str, str], *, several: bool
+    run: RunDir, cwd: Path, code_dir: Path | None, settings: Settings, env: dict[str, str], *, host_network: bool
 ) -> sandbox.View:
     """What the attempt sees (worker/sandbox.py): its run dir, its bundle, the data sets, the runtime."""
     datasets = settings.resolved_datasets_dir
@@ -311,7 +323,7 @@ def sandbox_view(
         dataset_roots=tuple(r for r in settings.dataset_root_dirs if r != datasets),
         runtime_dirs=sandbox.runtime_dirs(env.get("PYTHONPATH", "")),
         hidden=(settings.data_dir.resolve(), settings.resolved_runs_dir, cache_dir(settings).resolve()),
-        host_network=several,
+        host_network=host_network,
         devices=sandbox.gpu_devices(),
         as_root=os.geteuid() == 0,
         system=sandbox.system_dirs(),

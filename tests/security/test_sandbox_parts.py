@@ -88,3 +88,21 @@ def test_a_v1_attempt_cgroup_gets_the_limits(tmp_path: Path) -> None:
 def test_no_sandbox_off_warning_when_on_and_a_warning_when_off() -> None:
     assert sandbox.check_host("off") == sandbox.NOT_ISOLATED
     assert "RANKZERO_SANDBOX=off" in sandbox.NOT_ISOLATED and "RANKZERO_SANDBOX=off" in sandbox.HOW_TO_ENABLE
+
+
+@pytest.mark.parametrize(
+    ("data", "network", "shared"),
+    [
+        ({"name": "digits"}, "isolated", False),
+        ({"name": "mnist", "args": {"root": "mnist", "download": True}}, "isolated", True),  # torchvision fetches it
+        ({"name": "mnist", "args": {"download": False}}, "isolated", False),
+        ({"name": "mnist", "args": {"download": "yes"}}, "isolated", False),
+        ({"name": "digits"}, "host", True),
+    ],
+)
+def test_which_single_node_jobs_share_the_hosts_network(data: dict, network: str, shared: bool) -> None:
+    from types import SimpleNamespace
+
+    from worker.launch import needs_network
+
+    assert needs_network({"data": data}, SimpleNamespace(sandbox_network=network)) is shared
