@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import or_, select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from core.bundles.check import check
 from core.bundles.format import (
@@ -132,11 +132,11 @@ def referenced(settings: Settings, now: datetime | None = None) -> set[str]:
     cutoff = now - timedelta(seconds=settings.bundle_retention_s)
     with Session(get_engine(settings.resolved_database_url)) as s:
         rows = s.execute(
-            select(Job.spec).where(
+            select(col(Job.spec)).where(
                 or_(
-                    Job.status.not_in(list(TERMINAL_STATUSES)),  # type: ignore[attr-defined]
-                    Job.finished_at.is_(None),  # type: ignore[union-attr]
-                    Job.finished_at >= cutoff,  # type: ignore[operator]
+                    col(Job.status).not_in(list(TERMINAL_STATUSES)),
+                    col(Job.finished_at).is_(None),
+                    col(Job.finished_at) >= cutoff,
                 )
             )
         ).all()
@@ -204,7 +204,7 @@ def lru_victims(stored: Iterable[tuple[str, int, float]], cap: int, protected: s
 def live(settings: Settings) -> set[str]:
     """Digests of the bundles queued or running jobs name."""
     with Session(get_engine(settings.resolved_database_url)) as s:
-        rows = s.execute(select(Job.spec).where(Job.status.not_in(list(TERMINAL_STATUSES)))).all()  # type: ignore[attr-defined]
+        rows = s.execute(select(col(Job.spec)).where(col(Job.status).not_in(list(TERMINAL_STATUSES)))).all()
     return _codes(spec for (spec,) in rows)
 
 
