@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 
 from tests.support.attack import HealthProbe, read_status
+from tests.support.jobs import wait
 
 HUGE_HEADER = 64 * 1024 * 1024
 
@@ -61,7 +62,8 @@ def test_a_64_mib_header_is_refused_while_health_answers(served_api) -> None:
         attacker.start()
         status = read_status(sock, timeout=20)
         attacker.join(timeout=30)
-        time.sleep(0.3)
+        # the attack may be over before the probe's first answer: it must answer during and after it
+        wait(lambda: len(probe.latencies) >= 3, timeout=30, what="three /api/health answers")
     grown = rss_mb(server.proc.pid) - rss_before
     sock.close()
     print(f"64 MiB header: status {status}, {sent >> 20} MiB sent before the server let go, "
