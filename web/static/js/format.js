@@ -2,7 +2,7 @@
 // Number, time and size formatting shared by the pages.
 import { h } from "./dom.js";
 
-export const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
+export { TERMINAL } from "./meta.js"; // the server's set (GET /api/meta), not a copy
 
 export function fmtNumber(value, digits = 4) {
   if (value === null || value === undefined || Number.isNaN(value)) return "–";

@@ -8,11 +8,12 @@
 import { api } from "./api.js";
 import { h, setText } from "./dom.js";
 import { LineChart, seriesStyle } from "./charts.js";
+import { LIMITS } from "./meta.js";
 
 const KNOWN_IDS = { loss: "chart-loss", accuracy: "chart-acc", lr: "chart-lr" };
 const GROUP_TITLES = { train: "Training and validation", throughput: "Throughput", other: "Your metrics", sys: "System" };
 const FIRST_IN_TRAIN = ["loss", "accuracy", "lr"];
-const MAX_NAMES = 20; // the metrics route's limit on `name`
+const MAX_NAMES = LIMITS.metric_names; // the metrics route's limit on `name` (GET /api/meta)
 
 /** The chart a series goes on: train/X and val/X share "X"; sys/<where>/<measure> share "sys/<measure>". */
 export function chartKey(name) {
@@ -44,7 +45,7 @@ function byRole(a, b) {
 }
 
 export class MetricPanel {
-  constructor(root, { jobId, maxPoints = 2000, smoothing = 0.6, onChange, initial = null }) {
+  constructor(root, { jobId, maxPoints = LIMITS.metric_points.default, smoothing = 0.6, onChange, initial = null }) {
     this.root = root;
     this.initial = initial; // {names, first}: the job's series when the page was made, and the loss chart's
     this.jobId = jobId;

@@ -12,6 +12,7 @@ import {
   fmtAgo, fmtBytes, fmtClock, fmtDuration, fmtInt, fmtNumber, fmtRate, jobDuration, parseTime, progressFraction, statusBadge, TERMINAL,
 } from "./format.js";
 import { setProgress } from "./progress.js";
+import { CANCELLABLE } from "./meta.js";
 
 // The REST shapes, generated from the API's OpenAPI (web/types/api.d.ts; tsc checks their use).
 /** @typedef {import("../../types/api").components["schemas"]["JobDetail"]} JobDetail */
@@ -70,7 +71,7 @@ function renderJob(j) {
     job.priority ? `priority ${job.priority}` : null,
     job.host_losses ? `lost its host ${job.host_losses === 1 ? "once" : `${job.host_losses} times`}` : null].filter(Boolean);
   setText($("#job-facts"), facts.join(" · "));
-  $("#cancel-job").hidden = TERMINAL.has(job.status) || job.status === "cancelling";
+  $("#cancel-job").hidden = !CANCELLABLE.has(job.status);
   renderPlacement(job);
   renderWaiting(job);
   renderCode(job);

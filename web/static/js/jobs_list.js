@@ -5,6 +5,7 @@ import { api, ApiError } from "./api.js";
 import { $, h, setText, debounce } from "./dom.js";
 import { fmtAgo, fmtDuration, fmtInt, fmtNumber, fmtRate, jobDuration, progressFraction } from "./format.js";
 import { progressBar, setProgress } from "./progress.js";
+import { STATES } from "./meta.js";
 
 const PAGE_SIZE = 25;
 const POLL_MS = 2000;
@@ -14,6 +15,12 @@ const selected = new Set();
 const rows = new Map(); // job id -> {tr, cells}
 let timer = null;
 let inflight = null;
+
+/** The status filter lists the server's states (GET /api/meta), in lifecycle order. */
+function fillStatusFilter() {
+  const select = $("#filter-status");
+  select.append(...STATES.map((s) => h("option", { value: s }, s)));
+}
 
 function readUrl() {
   const q = new URLSearchParams(location.search);
@@ -152,6 +159,7 @@ function onFilterChange() {
   refresh();
 }
 
+fillStatusFilter();
 readUrl();
 $("#job-filters").addEventListener("submit", (e) => { e.preventDefault(); onFilterChange(); });
 $("#filter-status").addEventListener("change", onFilterChange);
