@@ -79,7 +79,7 @@ class Settings(BaseSettings):
         "(trusted proxies are exempt).",
     )
     max_streams_per_client: int = Field(
-        8, ge=1, description="Live-update (SSE) streams one client may hold open at once (429 past it)."
+        16, ge=1, description="Live-update (SSE) streams one client may hold open at once (429 past it)."
     )
     auth_failures_per_minute: int = Field(
         10, ge=1, description="Wrong tokens one client may send per minute; past it, 429 until the minute is over."
