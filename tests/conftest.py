@@ -3,7 +3,9 @@
 The tiers: `make test` runs everything; `make test-fast` runs `-m "not slow"`, the tests that start no
 server, browser, worker or torchrun. A test is `slow` when it asks for a fixture that starts one
 (`SERVICE_FIXTURES`, directly or through another fixture), carries a marker that needs one
-(`SERVICE_MARKERS`), or is marked `slow` by hand (a test that launches processes itself).
+(`SERVICE_MARKERS`), is marked `slow` by hand, or is listed in `LAUNCHES_PROCESSES` (tests that start
+the trainer, torchrun, the CLI or a server themselves, or that wait out real time: a whole file, or
+`file::test_name`).
 """
 
 from __future__ import annotations
@@ -25,16 +27,43 @@ SERVICE_FIXTURES = frozenset({
     "browser", "new_page", "page",
 })  # fmt: skip
 SERVICE_MARKERS = frozenset({"postgres", "redis", "browser"})
+LAUNCHES_PROCESSES = (
+    "tests/trainer/test_trainer_cli.py",
+    "tests/trainer/test_trainer_torchrun.py",
+    "tests/trainer/test_trainer_equivalence.py",
+    "tests/trainer/test_trainer_speed.py",
+    "tests/sdk/test_sdk_torchrun.py",
+    "tests/limits/test_limits_rank_env.py",
+    "tests/limits/test_limits_paths.py::test_trainer_refuses_",
+    "tests/limits/test_limits_paths.py::test_worker_hands_the_rules_to_the_ranks",
+    "tests/code/test_code_worker.py",
+    "tests/cli/test_cli.py",
+    "tests/cli/test_cli_instance_and_views.py",
+    "tests/cluster/",
+    "tests/worker/test_supervisor.py",
+    "tests/worker/test_drain_flags.py",
+    "tests/worker/test_resources.py",
+    "tests/worker/test_embedded_poll.py",
+    "tests/security/test_sec_files.py",
+    "tests/security/test_sec_tokens.py::test_public_bind_",
+    "tests/security/test_sec_connections.py",
+    "tests/api/test_api_sqlite_contention.py",
+    "tests/api/test_api_migrations_and_fuzz.py",
+)
 
 
-def is_slow(fixture_names: set[str], marker_names: set[str]) -> bool:
-    """Whether a test belongs to the slow tier, from the fixtures it uses and the markers it carries."""
-    return bool(fixture_names & SERVICE_FIXTURES or marker_names & (SERVICE_MARKERS | {"slow"}))
+def is_slow(node_id: str, fixture_names: set[str], marker_names: set[str]) -> bool:
+    """Whether a test belongs to the slow tier, from its id, the fixtures it uses and the markers it carries."""
+    return bool(
+        fixture_names & SERVICE_FIXTURES
+        or marker_names & (SERVICE_MARKERS | {"slow"})
+        or node_id.startswith(LAUNCHES_PROCESSES)
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         markers = {mark.name for mark in item.iter_markers()}
-        if is_slow(fixtures, markers) and "slow" not in markers:
+        if "slow" not in markers and is_slow(item.nodeid, fixtures, markers):
             item.add_marker(pytest.mark.slow)
