@@ -3,11 +3,11 @@
 # (it brings its own CUDA runtime libraries), so the host needs only the NVIDIA driver and the
 # NVIDIA Container Toolkit.
 
-# --- front-end libraries from the npm registry (web/package.json + lockfile) ---
+# --- front-end libraries from the npm registry (web/package.json + lockfile; the checkers, devDependencies, stay out) ---
 FROM node:22-bookworm-slim AS web
 WORKDIR /web
 COPY web/package.json web/package-lock.json ./
-RUN npm ci --ignore-scripts --no-audit --no-fund --loglevel=error \
+RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error \
  && mkdir -p vendor/swagger-ui \
  && cp node_modules/uplot/dist/uPlot.iife.min.js node_modules/uplot/dist/uPlot.min.css vendor/ \
  && cp node_modules/swagger-ui-dist/swagger-ui-bundle.js node_modules/swagger-ui-dist/swagger-ui.css vendor/swagger-ui/
