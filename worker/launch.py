@@ -304,9 +304,9 @@ def needs_network(spec: dict, settings: Settings) -> bool:
     torchvision fetches it; the datasets dir keeps it for every later job)."""
     if settings.sandbox_network == "host":
         return True
-    data = spec.get("data") if isinstance(spec.get("data"), dict) else {}
-    args = data.get("args") if isinstance(data.get("args"), dict) else {}
-    return args.get("download") is True
+    data = spec.get("data")
+    args = data.get("args") if isinstance(data, dict) else None
+    return isinstance(args, dict) and args.get("download") is True
 
 
 def sandbox_view(
