@@ -114,6 +114,11 @@ def may_restart(ended: Ended, finished: bool) -> bool:
     return ended.stopped_for in (StopReason.stall, StopReason.memory) or failed_on_its_own(ended, finished)
 
 
+def names_checkpoint(outcome: Outcome) -> bool:
+    """The outcome is, or may fall back to, a failure whose error names the checkpoint to resume from."""
+    return isinstance(outcome, Fail) or (isinstance(outcome, Requeue) and outcome.otherwise is not None)
+
+
 def decide(standing: Standing, ended: Ended, facts: Facts) -> Outcome:
     """The outcome of an attempt whose ranks ended (on their own, or stopped by us)."""
     reason, code = ended.stopped_for, ended.exit_code

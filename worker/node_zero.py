@@ -9,6 +9,7 @@ What the trainer's events said about the attempt is `EventsSeen` (worker/ingest.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -24,7 +25,16 @@ from trainer.run_dir import RunDir, job_run_dir
 from trainer.spec import JobSpec
 from worker import bundles, errors, gpus, procs, run_record
 from worker.attempt import Attempt, Ended, Layout, Limits, StopReason
-from worker.decide import Facts, Outcome, Standing, decide, failed_on_its_own, looks_finished, may_restart
+from worker.decide import (
+    Facts,
+    Outcome,
+    Standing,
+    decide,
+    failed_on_its_own,
+    looks_finished,
+    may_restart,
+    names_checkpoint,
+)
 from worker.decide import restart_or_fail as decide_restart_or_fail
 from worker.launch import Topology, free_port, launch
 from worker.outcome import apply
@@ -214,7 +224,10 @@ def _supervisor_failed(a: Attempt, exc: Exception) -> str:
     try:
         _check_fence(a)
         failure = errors.Failure(message=message[:2000], exit_code=code)
-        outcome = decide_restart_or_fail(_standing(a), failure, _peer_lost_during(a), _latest_checkpoint(a))
+        peer_lost = _peer_lost_during(a)
+        outcome = decide_restart_or_fail(_standing(a), failure, peer_lost, None)
+        if names_checkpoint(outcome):
+            outcome = decide_restart_or_fail(_standing(a), failure, peer_lost, _latest_checkpoint(a))
         return apply(a.engine, a.job_id, a.number, outcome)
     except Exception:  # the database too: recovery finds the job by its stale heartbeat
         log.exception("job %s: recording the supervisor's failure failed", a.job_id)
@@ -263,9 +276,11 @@ def _decide(a: Attempt, watch: Watcher, ended: Ended) -> Outcome:
         else None,
         peer_lost=_peer_lost_during(a) if may_restart(ended, finished) else None,
         preempt_for=jobs.live_view(a.engine, a.job_id)[2] if ended.stopped_for is StopReason.preempt else None,
-        latest_checkpoint=_latest_checkpoint(a),
     )
-    return decide(_standing(a), ended, facts)
+    outcome = decide(_standing(a), ended, facts)
+    if names_checkpoint(outcome):  # hashing checkpoints costs time: only for an error that names one
+        outcome = decide(_standing(a), ended, dataclasses.replace(facts, latest_checkpoint=_latest_checkpoint(a)))
+    return outcome
 
 
 def _standing(a: Attempt) -> Standing:
@@ -273,8 +288,8 @@ def _standing(a: Attempt) -> Standing:
 
 
 def _latest_checkpoint(a: Attempt) -> str | None:
-    """The newest checkpoint to resume from, relative to the run dir (named in a failed job's error)."""
-    latest = run_record.latest_checkpoint(a.engine, a.job_id, a.run)
+    """The newest intact checkpoint to resume from, relative to the run dir (named in a failed job's error)."""
+    latest = run_record.newest_intact_checkpoint(a.engine, a.job_id, a.run)
     return str(latest.relative_to(a.run.root.resolve())) if latest is not None else None
 
 

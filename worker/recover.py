@@ -121,7 +121,7 @@ def _resume_or_fail(s: Session, job_id: int, status: JobStatus, losses: int, sin
 def _latest_checkpoint(settings: Settings, job_id: int) -> str | None:
     """The checkpoint a failed job's error tells the user to resume from (relative to its run dir)."""
     run = RunDir(job_run_dir(settings.resolved_runs_dir, job_id))
-    latest = run_record.latest_checkpoint(get_engine(settings.resolved_database_url), job_id, run)
+    latest = run_record.newest_intact_checkpoint(get_engine(settings.resolved_database_url), job_id, run)
     return str(latest.relative_to(run.root.resolve())) if latest is not None else None
 
 

@@ -3,14 +3,14 @@
 - `catch_up`: before an attempt launches, ingest whatever events.jsonl holds that the database does not
   (an earlier supervisor died or froze before writing it: checkpoints, points, its `stopped` event).
 - `newest_intact_checkpoint`: the newest `checkpoints/step_*.pt` on disk whose bytes match the sha256 its
-  `checkpoint` event (or its row) recorded; a file no event vouches for, or a torn one, is passed over.
+  `checkpoint` event (or its row) recorded; a file no event vouches for, or a torn one, is passed over
+  (the one rule, trainer/checkpoint_files.py, fed with the database's records too).
 - `hole_in_record`: why a run that is about to be called a success is not whole (run dir gone, events
   missing, no `finished`, a seq gap from an event the trainer could not write, the final checkpoint gone).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,8 +21,9 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from core.tables import Checkpoint
+from trainer import checkpoint_files
 from trainer.event_types import EventType
-from trainer.run_dir import CHECKPOINT_NAME, RunDir
+from trainer.run_dir import RunDir
 from worker.ingest import EventTail, Ingestor
 
 
@@ -44,14 +45,6 @@ def catch_up(engine: Engine, job_id: int, run: RunDir, attempt: int) -> int:
     return new
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _recorded_shas(engine: Engine, job_id: int, run: RunDir) -> dict[str, str]:
     """checkpoint path (relative to the run dir) → the sha256 recorded for it (events, then rows)."""
     shas: dict[str, str] = {}
@@ -59,44 +52,15 @@ def _recorded_shas(engine: Engine, job_id: int, run: RunDir) -> dict[str, str]:
         for path, sha in s.execute(select(Checkpoint.path, Checkpoint.sha256).where(Checkpoint.job_id == job_id)):
             if sha:
                 shas[str(path)] = str(sha)
-    for ev in read_events(run):
-        if ev.get("type") == EventType.checkpoint and isinstance(ev.get("path"), str) and ev.get("sha256"):
-            shas[ev["path"]] = str(ev["sha256"])
+    shas.update(checkpoint_files.recorded_shas(run))  # the event, written with the file, has the last word
     return shas
 
 
 def newest_intact_checkpoint(engine: Engine, job_id: int, run: RunDir) -> Path | None:
     """The newest checkpoint file on disk that matches its recorded sha256 (None: none does)."""
-    if not run.checkpoints.is_dir():
+    if not checkpoint_files.list_checkpoints(run):
         return None
-    on_disk = sorted(
-        ((int(m.group(1)), p) for p in run.checkpoints.iterdir() if (m := CHECKPOINT_NAME.match(p.name))),
-        reverse=True,
-    )
-    if not on_disk:
-        return None
-    shas = _recorded_shas(engine, job_id, run)
-    for _, path in on_disk:
-        want = shas.get(str(path.relative_to(run.root)))
-        try:
-            if want and _sha256(path) == want:
-                return path.resolve()
-        except OSError:
-            continue  # deleted under us (keep_last) or unreadable: the next older one
-    return None
-
-
-def latest_checkpoint(engine: Engine, job_id: int, run: RunDir) -> Path | None:
-    """The newest recorded checkpoint still on disk (not re-hashed: named in a failed job's error so the
-    user can resume from it; a resumed attempt starts from `newest_intact_checkpoint`)."""
-    with Session(engine) as s:
-        rows = s.execute(
-            select(Checkpoint.path).where(Checkpoint.job_id == job_id).order_by(Checkpoint.step.desc())  # type: ignore[attr-defined]
-        ).all()
-    for (path,) in rows:
-        if (run.root / path).is_file():
-            return (run.root / path).resolve()
-    return None
+    return checkpoint_files.newest_intact(run, _recorded_shas(engine, job_id, run))
 
 
 def _seq_gaps(events: list[dict[str, Any]]) -> list[tuple[int, int]]:
@@ -116,7 +80,7 @@ def _final_checkpoint_problem(run: RunDir, events: list[dict[str, Any]]) -> str 
     path = run.root / last["path"]
     if not path.is_file():
         return f"its final checkpoint {last['path']} is missing"
-    if last.get("sha256") and _sha256(path) != last["sha256"]:
+    if last.get("sha256") and checkpoint_files.file_sha256(path) != last["sha256"]:
         return f"its final checkpoint {last['path']} does not match the sha256 recorded for it"
     return None
 

@@ -155,3 +155,13 @@ def test_which_facts_node_zero_gathers(ended: Ended, finished: bool, fin: bool, 
 
 def test_nothing_is_decided_for_a_replaced_attempt() -> None:
     assert isinstance(decide(FIRST, Ended(-15, R.replaced), Facts(finished=True)), Nothing)
+
+
+def test_only_an_outcome_that_may_fail_names_a_checkpoint() -> None:
+    from worker.decide import names_checkpoint
+
+    assert names_checkpoint(decide(SPENT, Ended(1), Facts(diagnosed=CRASH)))  # a Fail
+    assert names_checkpoint(decide(FIRST, Ended(1), Facts(diagnosed=CRASH)))  # a restart that may fall back
+    assert not names_checkpoint(decide(FIRST, Ended(0), Facts(finished=True)))
+    assert not names_checkpoint(decide(FIRST, Ended(0, R.drain), Facts()))
+    assert not names_checkpoint(decide(FIRST, Ended(0, R.host_lost, "h"), Facts()))
