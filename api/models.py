@@ -49,7 +49,7 @@ class JobPublic(BaseModel):
     def from_row(cls, job: Job) -> JobPublic:
         strategy, global_batch = _summary_of(job)
         return cls(
-            id=job.id,
+            id=_saved_id(job.id),
             name=job.name,
             status=job.status,
             strategy=strategy,
@@ -83,6 +83,13 @@ def _public_placement(job: Job) -> JobPlacement | None:
         return read_placement(job)
     except BadPlacement:  # damaged by hand: show the job without it rather than fail the listing
         return None
+
+
+def _saved_id(value: int | None) -> int:
+    # A row read from the database has its id; only an unsaved one has none, and the API never shows that.
+    if value is None:
+        raise ValueError("a response model needs a saved row (its id is None)")
+    return value
 
 
 def _finite(value: float | None) -> float | None:
@@ -182,7 +189,7 @@ class CheckpointPublic(BaseModel):
     @classmethod
     def from_row(cls, row: Checkpoint) -> CheckpointPublic:
         return cls(
-            id=row.id,
+            id=_saved_id(row.id),
             job_id=row.job_id,
             step=row.step,
             epoch=row.epoch,

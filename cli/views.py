@@ -4,7 +4,7 @@ times in the local time zone (named), tables that fit 80 columns."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from rich import box
@@ -36,7 +36,7 @@ def local_time(iso: str | None, *, short: bool = False) -> str:
     except ValueError:
         return iso
     if at.tzinfo is None:  # the API's times are UTC
-        at = at.replace(tzinfo=UTC)
+        at = at.replace(tzinfo=timezone.utc)
     at = at.astimezone()
     return at.strftime("%m-%d %H:%M") if short else at.strftime("%Y-%m-%d %H:%M:%S %Z")
 
@@ -145,9 +145,11 @@ def placement_rows(job: dict[str, Any]) -> list[tuple[str, str]]:
 
 def hosts_table(hosts: list[dict[str, Any]]) -> Table:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for name, kw in (("host", {"no_wrap": True}), ("state", {"no_wrap": True}), ("free", {"no_wrap": True}),
-                     ("jobs", {"overflow": "fold"}), ("last seen", {"no_wrap": True})):  # fmt: skip
-        table.add_column(name, **kw)
+    table.add_column("host", no_wrap=True)
+    table.add_column("state", no_wrap=True)
+    table.add_column("free", no_wrap=True)
+    table.add_column("jobs", overflow="fold")
+    table.add_column("last seen", no_wrap=True)
     for h in hosts:
         if h["gpus"]:
             free = f"{len(h['free_gpus'])}/{len(h['gpus'])} GPUs"

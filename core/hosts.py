@@ -74,7 +74,7 @@ def register(settings: Settings, gpus: list[str]) -> Host:
                 s.rollback()
     beat(settings)
     with Session(engine) as s:
-        host = s.get(Host, name)
+        host = s.get_one(Host, name)  # registered just above
         s.expunge(host)
         return host
 

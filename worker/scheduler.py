@@ -25,7 +25,7 @@ from datetime import datetime, timedelta, timezone
 from sqlalchemy import insert, or_, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from core import hosts, jobs, placement, queue, wake
 from core.db import db_now, get_engine, now_sql
@@ -62,11 +62,11 @@ class Leadership:
         """Renew (or try to take) the lease; False: another candidate is the scheduler."""
         engine = get_engine(self.url)
         cutoff = db_now(engine) - timedelta(seconds=self.lease_s)
-        mine_or_stale = or_(SchedulerLease.holder == self.me, SchedulerLease.renewed_at < cutoff)
+        mine_or_stale = or_(col(SchedulerLease.holder) == self.me, col(SchedulerLease.renewed_at) < cutoff)
         with engine.begin() as conn:
             renewed = conn.execute(
                 update(SchedulerLease)
-                .where(SchedulerLease.id == 1, mine_or_stale)
+                .where(col(SchedulerLease.id) == 1, mine_or_stale)
                 .values(holder=self.me, renewed_at=now_sql(conn))
             ).rowcount
         won = renewed == 1 or self._first(engine)
@@ -78,7 +78,7 @@ class Leadership:
         """No lease row yet (a new database): the first candidate to insert it leads."""
         try:
             with engine.begin() as conn:
-                if conn.execute(select(SchedulerLease.id)).first() is not None:
+                if conn.execute(select(col(SchedulerLease.id))).first() is not None:
                     return False
                 conn.execute(insert(SchedulerLease).values(id=1, holder=self.me, renewed_at=now_sql(conn)))
             return True
@@ -116,7 +116,7 @@ class Leadership:
             with get_engine(self.url).begin() as conn:
                 conn.execute(
                     update(SchedulerLease)
-                    .where(SchedulerLease.id == 1, SchedulerLease.holder == self.me)
+                    .where(col(SchedulerLease.id) == 1, col(SchedulerLease.holder) == self.me)
                     .values(renewed_at=datetime(2000, 1, 1, tzinfo=timezone.utc))
                 )
         except Exception:  # the database is down: the lease goes stale by itself
@@ -153,9 +153,9 @@ def _read(engine: Engine, settings: Settings) -> _State:
     with Session(engine) as s:
         rows = s.execute(
             select(
-                Job.id, Job.status, Job.queue, Job.priority, Job.created_at, Job.spec, Job.placement,
-                Job.placement_id, Job.pending_reason,
-            ).where(Job.status.in_(list(HOLDING)))  # type: ignore[attr-defined]
+                col(Job.id), col(Job.status), col(Job.queue), col(Job.priority), col(Job.created_at), col(Job.spec),
+                col(Job.placement), col(Job.placement_id), col(Job.pending_reason),
+            ).where(col(Job.status).in_(list(HOLDING)))
         ).all()  # fmt: skip
     for job_id, status, pool, priority, created, raw, placed, placement_id, reason in rows:
         try:

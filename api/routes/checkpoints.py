@@ -11,7 +11,7 @@ from sqlmodel import col, select
 from api.deps import CheckpointId, JobId, SessionDep, SettingsDep, job_or_404
 from api.models import CheckpointPublic, ErrorDetail
 from core.paths import UnsafePath, inside_runs_dir, run_dir_of
-from core.tables import Checkpoint, Job
+from core.tables import Checkpoint
 
 router = APIRouter(tags=["checkpoints"])
 
@@ -38,7 +38,7 @@ def download_checkpoint(checkpoint_id: CheckpointId, session: SessionDep, settin
         raise HTTPException(
             status.HTTP_404_NOT_FOUND, f"no checkpoint {checkpoint_id}: list them with GET /api/jobs/{{id}}/checkpoints"
         )
-    job = session.get(Job, row.job_id)
+    job = job_or_404(session, row.job_id)
     runs = settings.resolved_runs_dir
     try:
         run_dir = run_dir_of(job, settings)

@@ -6,7 +6,7 @@ from collections import defaultdict
 
 from fastapi import APIRouter
 from sqlalchemy import select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from api.deps import SettingsDep
 from api.models import HostJob, HostPublic
@@ -23,7 +23,9 @@ def _placed_jobs(session: Session) -> dict[str, list[tuple[HostJob, list[str], i
     """Per host: the jobs placed there now, with the GPUs and slots each node holds."""
     by_host: dict[str, list[tuple[HostJob, list[str], int]]] = defaultdict(list)
     rows = session.execute(
-        select(Job.id, Job.name, Job.placement).where(Job.status.in_(list(HOLDING)), Job.placement.isnot(None))  # type: ignore[attr-defined,union-attr]
+        select(col(Job.id), col(Job.name), col(Job.placement)).where(
+            col(Job.status).in_(list(HOLDING)), col(Job.placement).isnot(None)
+        )
     ).all()
     for job_id, name, placed in rows:
         try:

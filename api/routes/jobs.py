@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response, status
 from pydantic import BaseModel
@@ -15,7 +15,7 @@ from sqlmodel import Session, col, select
 from api import submit_policy
 from api.deps import JobId, SessionDep, SettingsDep, job_or_404
 from api.models import ErrorDetail, JobDetail, JobPage, JobPublic, TransitionPublic
-from core import bundles, jobs, queue
+from core import bundles, jobs
 from core.db import get_read_engine
 from core.settings import Settings
 from core.tables import Job, JobStatus, JobTransition
@@ -75,9 +75,7 @@ def submit_job(
         if winner is None:  # not a concurrent retry with the same key: a real integrity error
             raise
         return _replay(winner, spec, settings, response)
-    # The row is born undispatched: if this process dies before the message is sent, or the broker is
-    # down, the workers' recovery sweep sends it. So a broker problem is not returned.
-    queue.enqueue_or_defer(job.id, settings)
+    # Committed: core.jobs.create has woken the scheduler, which places it (no message to send from here).
     return JobPublic.from_row(job)
 
 
@@ -162,11 +160,12 @@ def get_job(job_id: JobId, session: ReadSessionDep, settings: SettingsDep) -> Re
         select(JobTransition).where(JobTransition.job_id == job_id).order_by(col(JobTransition.id))
     ).all()
     # Built from values validated already (JobPublic, TransitionPublic), so not validated again.
-    detail = JobDetail.model_construct(
+    fields: dict[str, Any] = {
         **dict(JobPublic.from_row(job)),
-        transitions=[TransitionPublic.from_row(r) for r in rows],
+        "transitions": [TransitionPublic.from_row(r) for r in rows],
         **_code_summary(job.spec, settings),
-    )
+    }
+    detail = JobDetail.model_construct(**fields)
     return _json(detail)
 
 
