@@ -13,7 +13,7 @@ import time
 import traceback
 from pathlib import Path
 
-from trainer.event_types import EventType
+from trainer.event_types import Envelope, EventType, Failed
 from trainer.events import EventLog, last_seq
 from trainer.run_dir import failure_note
 
@@ -74,6 +74,10 @@ def report_failure(root: Path, rank: int, world_size: int, exc: BaseException, e
     events.emit(EventType.failed, error=first["error"], rank=first["rank"], traceback=first["traceback"])
 
 
+class _FailedLine(Envelope, Failed):
+    """A `failed` line as this module writes it itself (the contract: trainer/event_types.py)."""
+
+
 def _fallback_failed_event(root: Path, note: dict, since: float) -> None:
     """Rank 0 normally reports a peer's failure, but gloo may abort rank 0's process outright when a
     peer's connection drops, and then nobody would. So a failing rank ≠ 0 waits (which also keeps
@@ -85,7 +89,7 @@ def _fallback_failed_event(root: Path, note: dict, since: float) -> None:
         if _has_failed_event(path, since):
             return
         time.sleep(0.1)
-    event = {
+    event: _FailedLine = {
         "seq": last_seq(path) + 1,
         "time": time.time(),
         "type": EventType.failed.value,
