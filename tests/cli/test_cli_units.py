@@ -81,3 +81,20 @@ def test_a_spec_file_reads_as_its_mapping(tmp_path: Path) -> None:
     assert _load_spec(tmp_path / "spec.yaml") == {"name": "digits", "max_steps": 5, "args": {"hidden": [64, 32]}}
     with pytest.raises(typer.Exit):
         _load_spec(tmp_path / "missing.yaml")
+
+
+def test_hosts_table_shows_free_capacity_state_and_jobs() -> None:
+    from rich.console import Console
+
+    hosts = [
+        {"name": "gpu-a", "gpus": ["0", "1"], "free_gpus": ["1"], "cpu_slots": 8, "free_slots": 8, "draining": False,
+         "alive": True, "jobs": [{"id": 7, "name": "ddp", "node_rank": 1}], "last_seen": "2026-01-01T00:00:00Z"},
+        {"name": "cpu-b", "gpus": [], "free_gpus": [], "cpu_slots": 4, "free_slots": 3, "draining": True,
+         "alive": True, "jobs": [], "last_seen": "2026-01-01T00:00:00Z"},
+    ]  # fmt: skip
+    console = Console(width=80, record=True)
+    console.print(views.hosts_table(hosts))
+    out = console.export_text()
+    assert "1/2 GPUs" in out and "7 ddp (node 1)" in out
+    assert "3/4 slots" in out and "draining" in out
+    assert "last seen" in out.splitlines()[1]  # the header, under a blank line
