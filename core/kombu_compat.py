@@ -136,10 +136,13 @@ class BrokerWatch:
 
     def _written(self) -> bool:
         """Drain the queued inotify events; True if one was about a broker file."""
+        fd = self.fd
+        if fd is None:  # closed (or never opened): nothing queued
+            return False
         hit = False
         while True:
             try:
-                data = os.read(self.fd, 65536)  # type: ignore[arg-type]
+                data = os.read(fd, 65536)
             except BlockingIOError:
                 return hit
             at = 0
