@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Column, DateTime, Index, Integer, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Boolean, Column, DateTime, Index, Integer, Text, UniqueConstraint, false
 from sqlmodel import Field, SQLModel
 
 
@@ -185,6 +185,11 @@ class Host(SQLModel, table=True):
     cpu_slots: int = 1  # rank slots for CPU jobs
     storage_id: str = Field(max_length=64)  # the runs dir it sees (multi-node needs one shared by its hosts)
     draining: bool = False
+    # An operator's drain (`rankzero hosts drain`): survives the worker's restarts, unlike `draining`.
+    drain_requested: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
+    drain_note: str | None = Field(default=None, sa_column=Column(Text))
+    # GPUs the worker's health check took out of placement, with why: {"0": "Xid 79 ..."} (worker/gpu_health.py).
+    gpu_faults: dict[str, str] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     registered_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
     heartbeat_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
 
@@ -200,3 +205,41 @@ class SchedulerLease(SQLModel, table=True):
     id: int = Field(default=1, primary_key=True)
     holder: str = Field(max_length=200)  # "pid=<pid> host=<host> <random>": one candidate thread
     renewed_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
+
+
+class NotificationEvent(SQLModel, table=True):
+    """The outbox: one row per job transition worth telling (core/notify.py), written in the transition's
+    own transaction, so no event is lost and none is sent for a transition that rolled back. A sender
+    (worker/notify_sender.py) turns each into one delivery per configured webhook."""
+
+    __tablename__ = "notification_events"
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="jobs.id", index=True, ondelete="CASCADE")
+    kind: str = Field(max_length=40)  # succeeded, failed, cancelled, preempted, host_lost, requeued
+    status: str = Field(max_length=20)  # the JobStatus it moved to
+    attempt: int = 0
+    detail: str | None = Field(default=None, sa_column=Column(Text))
+    at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    fanned_out: bool = Field(
+        default=False, sa_column=Column(Boolean, nullable=False, server_default=false(), index=True)
+    )
+
+
+class NotificationDelivery(SQLModel, table=True):
+    """One event to one webhook: its attempts, the answer last seen, and when to try again (the delivery log)."""
+
+    __tablename__ = "notification_deliveries"
+    __table_args__ = (Index("ix_notification_deliveries_state_next", "state", "next_at"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    event_id: int = Field(foreign_key="notification_events.id", index=True, ondelete="CASCADE")
+    job_id: int = Field(foreign_key="jobs.id", index=True, ondelete="CASCADE")
+    url: str = Field(max_length=2000)
+    state: str = Field(default="pending", max_length=20)  # pending, delivered, failed (gave up)
+    attempts: int = 0
+    next_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    last_status: int | None = None  # the receiver's HTTP status, None when it never answered
+    last_error: str | None = Field(default=None, sa_column=Column(Text))
+    delivered_at: datetime | None = _ts()
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
