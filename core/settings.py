@@ -9,11 +9,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 MIN_TOKEN_CHARS = 32
+MAX_WEBHOOKS = 10
+MAX_WEBHOOK_URL_CHARS = 2000
 GENERATE_TOKEN_HINT = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
 
 
@@ -224,6 +226,36 @@ class Settings(BaseSettings):
     api_url: str | None = Field(
         None, description="The API's URL, for workers on hosts without the shared runs dir (they fetch bundles)."
     )
+    # --- operating it: metrics, webhooks, GPU health (docs/operations.md) ---
+    metrics_address: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9._:\[\]-]{1,255}:[0-9]{1,5}$",
+        description="host:port of a separate Prometheus scrape listener without the token (the API process "
+        "serves it); unset: /metrics on the API port, token required.",
+    )
+    webhook_urls: str = Field(
+        "",
+        max_length=10_000,
+        description="Comma-separated http(s) URLs every job notification is POSTed to (at most 10); empty: none.",
+    )
+    webhook_secret: SecretStr | None = Field(
+        None, description="HMAC-SHA256 key of the X-Rankzero-Signature header; required with webhook_urls."
+    )
+    webhook_timeout_s: float = Field(10.0, gt=0, le=120, description="How long one webhook delivery may take.")
+    webhook_max_attempts: int = Field(
+        8, ge=1, le=100, description="Deliveries of one notification before it is given up (logged as failed)."
+    )
+    webhook_backoff_s: float = Field(
+        2.0, gt=0, le=3600, description="Wait before the first retry; each next one waits twice as long (≤ 1 h)."
+    )
+    gpu_health: Literal["nvml", "off"] = Field(
+        "nvml",
+        description="Check each GPU (Xid and ECC errors, temperature) through NVML and take a failing one out of "
+        "placement; 'off' trusts every GPU.",
+    )
+    gpu_max_temp_c: int = Field(
+        90, ge=40, le=120, description="A GPU hotter than this (°C) is taken out of placement until it cools."
+    )
 
     @field_validator("api_token")
     @classmethod
@@ -231,6 +263,30 @@ class Settings(BaseSettings):
         if value is not None:
             return SecretStr(check_token_strength(value.get_secret_value()))
         return value
+
+    @field_validator("webhook_urls")
+    @classmethod
+    def _webhook_urls(cls, value: str) -> str:
+        urls = [u.strip() for u in value.split(",") if u.strip()]
+        if len(urls) > MAX_WEBHOOKS:
+            raise ValueError(f"at most {MAX_WEBHOOKS} webhook URLs (got {len(urls)})")
+        for url in urls:
+            if not url.startswith(("http://", "https://")) or len(url) > MAX_WEBHOOK_URL_CHARS:
+                raise ValueError(f"a webhook URL is http(s)://… of at most {MAX_WEBHOOK_URL_CHARS} characters: {url!r}")
+        return ",".join(urls)
+
+    @model_validator(mode="after")
+    def _webhooks_are_signed(self) -> Settings:
+        if self.webhook_urls and self.webhook_secret is None:
+            raise ValueError(
+                "RANKZERO_WEBHOOK_URLS needs RANKZERO_WEBHOOK_SECRET (receivers check the signature with it); "
+                f"generate one with: {GENERATE_TOKEN_HINT}"
+            )
+        return self
+
+    @property
+    def webhook_url_list(self) -> list[str]:
+        return [u for u in self.webhook_urls.split(",") if u]
 
     @property
     def resolved_database_url(self) -> str:
