@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import update
 from sqlalchemy.engine import Connection, Engine
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from core import wake
 from core.db import now_sql
@@ -253,7 +253,7 @@ def take_stale_queued(session: Session, job_id: int, seen_vouched: datetime | No
     again finds it fresh."""
     result = session.execute(
         update(Job)
-        .where(Job.id == job_id, Job.status == S.queued, Job.vouched_at == seen_vouched)
+        .where(Job.id == job_id, Job.status == S.queued, col(Job.vouched_at) == seen_vouched)
         .values(vouched_at=now_sql(session))  # type: ignore[arg-type]
     )
     return result.rowcount == 1

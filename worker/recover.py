@@ -18,7 +18,7 @@ import time
 from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import or_, select, text
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from core import jobs
 from core.db import db_now, get_engine
@@ -59,17 +59,18 @@ def recover_once(settings: Settings) -> list[int]:
     # flushed broker, or its worker gone while holding it).
     queued_cutoff = now - timedelta(seconds=settings.redispatch_after_s)
     touched: list[int] = []
+    columns = (col(Job.id), col(Job.status), col(Job.heartbeat_at), col(Job.vouched_at), col(Job.host_losses))
     with Session(engine) as s:
         rows = s.execute(
-            select(Job.id, Job.status, Job.heartbeat_at, Job.vouched_at, Job.host_losses).where(
+            select(*columns).where(
                 or_(
-                    Job.status.in_([S.starting, S.running, S.cancelling]),
-                    (Job.status == S.queued) & Job.placement_id.isnot(None),  # an unplaced one is the scheduler's
+                    col(Job.status).in_([S.starting, S.running, S.cancelling]),
+                    (col(Job.status) == S.queued) & col(Job.placement_id).isnot(None),  # unplaced: the scheduler's
                 ),
                 # Only this pool's jobs: another queue's workers judge (and rerun) their own.
-                or_(Job.queue == settings.queue, Job.queue.is_(None)),
+                or_(col(Job.queue) == settings.queue, col(Job.queue).is_(None)),
             )
-        ).all()  # type: ignore[attr-defined]
+        ).all()
     for job_id, status, live_beat, vouched, losses in rows:
         raw_beat = vouched if status == S.queued else live_beat
         beat = _aware(raw_beat)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.event_types import EventType
+from worker.ingest import TimedMetric
 from worker.procs import pids_with_mark
 
 log = logging.getLogger(__name__)
@@ -55,10 +56,10 @@ class Sample:
     step: int = 0  # the training step the supervisor gave `poll`
     at: float = 0.0  # unix seconds when it was taken
 
-    def events(self) -> list[dict[str, Any]]:
+    def events(self) -> list[TimedMetric]:
         """The points as `metric` events, the shape `Ingestor.ingest_metrics` takes (worker/ingest.py)."""
         return [
-            {"type": EventType.metric.value, "time": self.at, "step": self.step, "name": name, "value": value}
+            TimedMetric(type=EventType.metric.value, time=self.at, step=self.step, name=name, value=value)
             for name, value in self.points
         ]
 

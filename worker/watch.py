@@ -24,7 +24,7 @@ from core.tables import JobStatus
 from trainer.event_types import EventType
 from worker import drain, script_jobs
 from worker.attempt import Attempt, Seen
-from worker.ingest import EventTail, Ingestor
+from worker.ingest import EventTail, Ingestor, TimedMetric
 from worker.resources import ResourceWatch
 from worker.tensorboard import TensorBoardTail
 
@@ -64,7 +64,7 @@ class Watcher:
         self.ingestor = Ingestor(a.engine, a.job_id, a.run.root, attempt=a.number)
         self.pending: list[dict[str, Any]] = []
         self.tensorboard = TensorBoardTail(a.run.tensorboard)
-        self.pending_tb: list[dict[str, Any]] = []
+        self.pending_tb: list[TimedMetric] = []
         self.output_bytes = 0
         self.launched_at = time.time()
         self.started = False
