@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -20,6 +21,7 @@ from rich.text import Text
 from cli import views
 from cli.app import TokenOpt, UrlOpt, app, call, client_for, console, err, fail
 from cli.client import Api
+from cli.terminal import for_output
 from trainer.spec_text import SpecTextError, load_spec_text
 
 
@@ -136,19 +138,30 @@ def logs(  # noqa: PLR0913 (one parameter per command-line option)
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing new output until the job ends.")
     ] = False,
+    raw: Annotated[
+        bool, typer.Option("--raw", help="Write the job's bytes as they are (escape sequences included).")
+    ] = False,
     url: UrlOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """A rank's stdout/stderr."""
+    """A rank's stdout/stderr (control characters shown as escapes on a terminal; --raw keeps them)."""
     client = client_for(url, token)
+
+    def show(text: str) -> None:
+        if raw:  # the job's bytes as they are (rich would drop some control characters)
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        else:  # out(): no markup, no wrapping; on a terminal the job's escapes are shown, not obeyed
+            console.out(for_output(text, raw=False, stream=sys.stdout), end="", highlight=False)
+
     chunk = call(lambda: client.get(f"/jobs/{job_id}/logs", rank=rank, stream=stream, tail=tail))
-    console.out(chunk["text"], end="", highlight=False)  # out(): no markup, no wrapping
+    show(chunk["text"])
     printed = bool(chunk["text"])
     offset = chunk["next_offset"]
     while follow:
         chunk = call(lambda o=offset: client.get(f"/jobs/{job_id}/logs", rank=rank, stream=stream, offset=o))
         if chunk["text"]:
-            console.out(chunk["text"], end="", highlight=False)
+            show(chunk["text"])
             printed = True
         offset = chunk["next_offset"]
         if not chunk["text"]:

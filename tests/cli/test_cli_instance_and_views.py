@@ -266,3 +266,38 @@ def test_follow_attaches_to_a_running_job_until_it_ends(instance) -> None:
             proc.kill()
     assert proc.returncode == 0, out + errs
     assert f"job {job_id}: succeeded at step 100/100, loss 0.125" in out, out
+
+
+def _logs_on_a_terminal(instance: Instance, *args: str) -> str:
+    """`rankzero logs …` with its stdout on a pseudo-terminal, as an operator would run it."""
+    import pty
+
+    leader, follower = pty.openpty()
+    env = instance.env | {"COLUMNS": "200"}
+    proc = subprocess.Popen([RANKZERO, "logs", *args], stdout=follower, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the pty closes when the command exits
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(leader)
+    assert proc.wait(timeout=90) == 0, proc.stderr.read() if proc.stderr else ""
+    return out.decode(errors="replace")
+
+
+def test_logs_on_a_terminal_show_a_jobs_escape_sequences_as_text_and_raw_keeps_them(instance, seeded) -> None:
+    run_dir = instance.data_dir / "runs" / f"job_{seeded['failed']}"
+    stdout = run_dir / "logs" / "attempt_1" / "run_0" / "attempt_0" / "0" / "stdout.log"
+    stdout.write_text("step 1\x1b]0;owned\x07\x1b[2J done\n")
+    try:
+        shown = _logs_on_a_terminal(instance, str(seeded["failed"]), "--stream", "stdout")
+        assert "\x1b" not in shown and "\\x1b]0;owned\\a\\x1b[2J done" in shown
+        raw = _logs_on_a_terminal(instance, str(seeded["failed"]), "--stream", "stdout", "--raw")
+        assert "\x1b]0;owned\x07\x1b[2J" in raw
+    finally:
+        stdout.write_text("")
