@@ -20,11 +20,12 @@ pytest_plugins = [
     "tests.support.browser",
 ]
 
-# Fixtures of tests/support that start a process or need a server: the API, Celery workers, `rankzero up`,
-# Redis / PostgreSQL servers of a test's own, a database on the shared PostgreSQL, chromium.
+# Fixtures that start a process or need a server: the API, Celery workers, `rankzero up`, Redis /
+# PostgreSQL servers of a test's own, a database on the shared PostgreSQL, chromium (tests/support);
+# a served API (tests/security), sandboxed job processes (tests/security/test_sandbox, test_rendezvous).
 SERVICE_FIXTURES = frozenset({
     "live_api", "workers", "service", "web_service", "redis_server", "pg_cluster", "pg_url",
-    "browser", "new_page", "page",
+    "browser", "new_page", "page", "served_api", "launch_probe", "launch_node",
 })  # fmt: skip
 SERVICE_MARKERS = frozenset({"postgres", "redis", "browser"})
 LAUNCHES_PROCESSES = (

@@ -22,6 +22,7 @@ from tests.conftest import is_slow
         ("tests/limits/test_limits_paths.py::test_trainer_refuses_a_download_root", set(), set(), True),
         ("tests/limits/test_limits_paths.py::test_image_folder_needs_a_path", set(), set(), False),
         ("tests/cluster/test_anything.py::test_y", set(), set(), True),
+        ("tests/security/test_sandbox.py::test_y", {"launch_probe"}, set(), True),
     ],
 )
 def test_what_is_slow(node_id: str, fixtures: set[str], markers: set[str], slow: bool) -> None:
