@@ -1,0 +1,90 @@
+"""What /metrics reports, read from the database at scrape time into a plain value (`Snapshot`).
+
+Reading is the only I/O here; turning a snapshot into metric families is api/observability/collector.py
+(pure). The hosts' numbers come from the same function as GET /api/hosts, so the two never disagree.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, col
+
+from api.models import HostPublic
+from core.db import db_now
+from core.tables import Job, JobStatus, MetricPoint, NotificationDelivery, SchedulerLease
+
+# Running jobs reported one by one (labels job and name): bounded, whatever the service holds.
+MAX_JOB_SERIES = 200
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    id: int
+    name: str
+    pool: str
+    step: int
+    total_steps: int | None
+    samples_per_s: float | None
+    latest_loss: float | None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    jobs: dict[tuple[str, str], int]  # (status, pool) → count
+    queued_ages_s: dict[str, float]  # pool → age of its oldest queued job
+    queue_waits_s: list[float]  # every started job: seconds from submit to its first start
+    hosts: list[HostPublic]
+    running: list[RunningJob]
+    points_ingested: int  # metric points ever written (the highest id: cheap and monotonic)
+    deliveries: dict[str, int]  # notification delivery state → count
+    scheduler_lease_age_s: float | None  # since the active scheduler last renewed its lease
+    now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+
+
+def _aware(ts: datetime) -> datetime:
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=timezone.utc)  # SQLite hands back naive UTC
+
+
+def read(engine: Engine, hosts: list[HostPublic]) -> Snapshot:
+    """One consistent-enough look at the tables (each statement its own snapshot, as the read routes do)."""
+    now = db_now(engine)
+    with Session(engine) as s:
+        by_status = s.execute(
+            select(col(Job.status), col(Job.queue), func.count()).group_by(col(Job.status), col(Job.queue))
+        ).all()
+        oldest = s.execute(
+            select(col(Job.queue), func.min(col(Job.created_at)))
+            .where(col(Job.status) == JobStatus.queued)
+            .group_by(col(Job.queue))
+        ).all()
+        waits = s.execute(select(col(Job.created_at), col(Job.started_at)).where(col(Job.started_at).isnot(None))).all()
+        running = s.execute(
+            select(
+                col(Job.id), col(Job.name), col(Job.queue), col(Job.step), col(Job.total_steps),
+                col(Job.samples_per_s), col(Job.latest_loss),
+            )
+            .where(col(Job.status) == JobStatus.running)
+            .order_by(col(Job.id))
+            .limit(MAX_JOB_SERIES)
+        ).all()  # fmt: skip
+        points = s.execute(select(func.max(col(MetricPoint.id)))).scalar() or 0
+        deliveries = s.execute(
+            select(col(NotificationDelivery.state), func.count()).group_by(col(NotificationDelivery.state))
+        ).all()
+        lease = s.execute(select(col(SchedulerLease.renewed_at))).scalar()
+    return Snapshot(
+        jobs=Counter({(JobStatus(st).value, pool or ""): int(n) for st, pool, n in by_status}),
+        queued_ages_s={pool or "": max(0.0, (now - _aware(t)).total_seconds()) for pool, t in oldest if t},
+        queue_waits_s=[max(0.0, (_aware(b) - _aware(a)).total_seconds()) for a, b in waits],
+        hosts=hosts,
+        running=[RunningJob(*row) for row in running],
+        points_ingested=int(points),
+        deliveries={str(state): int(n) for state, n in deliveries},
+        scheduler_lease_age_s=None if lease is None else max(0.0, (now - _aware(lease)).total_seconds()),
+        now=now,
+    )
