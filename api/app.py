@@ -23,7 +23,7 @@ from api import docs, errors
 from api.auth import require_auth
 from api.client_limits import ClientLimitsMiddleware, FailureWindow, HostCheckMiddleware
 from api.limits import RequestLimitsMiddleware
-from api.routes import checkpoints, code, health, hosts, jobs, logs, metrics, priority, schema, stream
+from api.routes import checkpoints, code, health, hosts, jobs, logs, metrics, priority, prometheus, schema, stream
 from core import migrate
 from core.settings import LOOPBACK_HOSTS, Settings, get_settings
 
@@ -83,6 +83,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         protected.include_router(module.router)
     app.include_router(health.router, prefix=API_PREFIX)
     app.include_router(protected, prefix=API_PREFIX)
+    prometheus.install(app, settings)  # GET /metrics (token) and request timing; a scrape listener if set
 
     # The dashboard is the web engineer's: included when present, so the API runs without it.
     if importlib.util.find_spec("api.routes.ui") is not None:
