@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -102,13 +103,17 @@ class HostRow:
     draining: bool
     heartbeat_at: datetime
     alive: bool
+    drain_requested: bool = False  # an operator's drain (`draining` is then true too): survives restarts
+    drain_note: str | None = None
+    gpu_faults: Mapping[str, str] = field(default_factory=dict)  # GPU → why it is out of placement
 
     def view(self) -> HostView:
-        """The host as the scheduler's pure plan sees it (core/placement.py): the one HostRow → HostView."""
+        """The host as the scheduler's pure plan sees it (core/placement.py): the one HostRow → HostView.
+        A GPU its health check found failing is not offered (worker/gpu_health.py)."""
         return HostView(
             name=self.name,
             pool=self.pool,
-            gpus=self.gpus,
+            gpus=tuple(g for g in self.gpus if g not in self.gpu_faults),
             cpu_slots=self.cpu_slots,
             storage_id=self.storage_id,
             draining=self.draining,
@@ -132,9 +137,12 @@ def read_all(engine: Engine, stale_after_s: float) -> list[HostRow]:
                 gpus=tuple(str(g) for g in (h.gpus or [])),
                 cpu_slots=int(h.cpu_slots),
                 storage_id=h.storage_id,
-                draining=bool(h.draining),
+                draining=bool(h.draining or h.drain_requested),
                 heartbeat_at=_aware(h.heartbeat_at),
                 alive=_aware(h.heartbeat_at) > cutoff,
+                drain_requested=bool(h.drain_requested),
+                drain_note=h.drain_note,
+                gpu_faults={str(k): str(v) for k, v in (h.gpu_faults or {}).items()},
             )
             for h in hosts
         ]
@@ -143,3 +151,26 @@ def read_all(engine: Engine, stale_after_s: float) -> list[HostRow]:
 def alive_names(engine: Engine, names: list[str], stale_after_s: float) -> set[str]:
     """Which of `names` are hosts with a fresh heartbeat."""
     return {h.name for h in read_all(engine, stale_after_s) if h.alive and h.name in names}
+
+
+def set_drain(engine: Engine, name: str, drain: bool, note: str | None = None) -> bool:
+    """An operator drains (or undrains) host `name`: nothing new is placed there and its running jobs
+    checkpoint and move (worker/host_watch.py). Kept across the worker's restarts. False: no such host."""
+    values = {"drain_requested": drain, "drain_note": note if drain else None}
+    with engine.begin() as conn:
+        return conn.execute(update(Host).where(Host.name == name).values(**values)).rowcount == 1  # type: ignore[arg-type]
+
+
+def set_gpu_faults(settings: Settings, faults: Mapping[str, str]) -> None:
+    """This host's failing GPUs and why (worker/gpu_health.py); an empty mapping clears them."""
+    with get_engine(settings.resolved_database_url).begin() as conn:
+        conn.execute(
+            update(Host).where(Host.name == settings.resolved_host_name).values(gpu_faults=dict(faults) or None)  # type: ignore[arg-type]
+        )
+
+
+def drain_requested(settings: Settings) -> bool:
+    """Whether an operator drained this host (False when it has no row)."""
+    with Session(get_engine(settings.resolved_database_url)) as s:
+        host = s.get(Host, settings.resolved_host_name)
+        return bool(host and host.drain_requested)
