@@ -17,7 +17,7 @@ from sqlalchemy import update
 from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Session, col, select
 
-from core import wake
+from core import notify, wake
 from core.db import now_sql
 from core.job_state import ALLOWED, LIVE, IllegalTransition
 from core.placement_record import BadPlacement, read_placement
@@ -106,6 +106,7 @@ def transition(  # noqa: PLR0913 (one keyword per guard of the conditional UPDAT
         return False
     row = session.get(Job, job_id)
     session.add(JobTransition(job_id=job_id, status=to, at=now, attempt=row.attempt if row else 0, detail=detail))
+    notify.record(session, job_id, to, row.attempt if row else 0, detail)  # an outbox row, same transaction
     return True
 
 
