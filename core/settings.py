@@ -253,6 +253,11 @@ class Settings(BaseSettings):
         description="Check each GPU (Xid and ECC errors, temperature) through NVML and take a failing one out of "
         "placement; 'off' trusts every GPU.",
     )
+    gpu_health_file: Path | None = Field(
+        None,
+        description="A JSON file of GPU readings written by the site's own health check (instead of NVML): "
+        '{"0": {"xid": [79], "ecc_uncorrected": 0, "temperature_c": 65}}; see docs/operations.md.',
+    )
     gpu_max_temp_c: int = Field(
         90, ge=40, le=120, description="A GPU hotter than this (°C) is taken out of placement until it cools."
     )

@@ -65,3 +65,25 @@ def draining(settings: Settings) -> bool:
     """True when this process (solo/threads pool) or its parent (prefork pool) is shutting down."""
     flags = (_flag(settings, os.getpid()), _flag(settings, os.getppid()))
     return any(flag is not None and flag.is_file() for flag in flags)
+
+
+# --- an operator's drain of this host (`rankzero hosts drain`; worker/host_watch.py raises the flag) ---
+
+
+def _host_flag(settings: Settings) -> Path:
+    return _flags_dir(settings) / f"host-{settings.resolved_host_name}"
+
+
+def set_host_drained(settings: Settings, drained: bool) -> None:
+    """Raise or lower this host's drain flag (the host row says; the supervisors read the file)."""
+    path = _host_flag(settings)
+    if drained:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    else:
+        path.unlink(missing_ok=True)
+
+
+def host_drained(settings: Settings) -> bool:
+    """True while an operator has drained this host: its supervisors hand their jobs back (checkpointed)."""
+    return _host_flag(settings).is_file()

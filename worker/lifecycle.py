@@ -12,7 +12,7 @@ from celery.signals import worker_ready, worker_shutting_down
 
 from core import capacity, hosts
 from core.settings import Settings
-from worker import drain, recover, sandbox, scheduler
+from worker import drain, host_watch, notify_sender, recover, sandbox, scheduler
 
 log = logging.getLogger("rankzero.worker")
 _stop = threading.Event()
@@ -63,6 +63,8 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
     start_host_heartbeat(settings, _stop)
     scheduler.start_scheduler_thread(settings, _stop)
     recover.start_recovery_thread(settings, _stop)
+    host_watch.start_host_watch(settings, capacity.host_gpus(settings), _stop)  # operator drain, GPU health
+    notify_sender.start_sender_thread(settings, _stop)  # webhooks from the notification outbox
 
 
 @worker_shutting_down.connect
