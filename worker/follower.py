@@ -87,7 +87,8 @@ def _still_live(engine: Engine, job_id: int, attempt: int) -> bool:
 def _look(engine: Engine, settings: Settings, job_id: int) -> Seen:
     """What a follower watches: the row (status, attempt, preemption) and its own worker's drain."""
     status, attempt, preempt_for = jobs.live_view(engine, job_id)
-    return Seen(status=status, attempt=attempt, preempt_for=preempt_for, draining=drain.draining(settings))
+    drained = drain.draining(settings) or drain.host_drained(settings)  # its worker stops, or its host is drained
+    return Seen(status=status, attempt=attempt, preempt_for=preempt_for, draining=drained)
 
 
 def _follow(engine: Engine, settings: Settings, job_id: int, number: int, node_rank: int, launched: Launched) -> str:

@@ -152,7 +152,7 @@ class Watcher:
             status=self.status,
             attempt=self.attempt,
             preempt_for=self.preempt_for,
-            draining=drain.draining(a.settings),
+            draining=drain.draining(a.settings) or drain.host_drained(a.settings),
             over_limit=self.over_limit,
             lost_peer=self.lost_peer,
             started=self.started,
