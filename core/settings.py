@@ -92,7 +92,10 @@ class Settings(BaseSettings):
         "X-Forwarded-Proto are believed (client address; https makes cookies Secure). Empty: none.",
     )
     gpus: str | None = Field(
-        None, description="GPU indices this worker may use, e.g. '0,1'; '' for none; default: all it sees."
+        None,
+        max_length=1000,
+        description="GPU indices this worker may use, e.g. '0,1'; '' or 'none' for none; default (or 'all'): "
+        "every GPU it sees.",
     )
     allowed_code: str = Field(
         "", description="Comma-separated module prefixes user code in specs may come from; empty: none."
@@ -268,6 +271,13 @@ class Settings(BaseSettings):
         if value is not None:
             return SecretStr(check_token_strength(value.get_secret_value()))
         return value
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus_words(cls, value: str | None) -> str | None:
+        # Compose passes a variable with some value or none at all: 'all' (its default there) says "unset".
+        word = (value or "").strip().lower()
+        return None if word == "all" else "" if word == "none" else value
 
     @field_validator("webhook_urls")
     @classmethod
