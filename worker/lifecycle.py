@@ -12,7 +12,7 @@ from celery.signals import worker_ready, worker_shutting_down
 
 from core import capacity, hosts
 from core.settings import Settings
-from worker import drain, host_watch, notify_sender, recover, sandbox, scheduler
+from worker import drain, host_address, host_watch, notify_sender, recover, sandbox, scheduler
 
 log = logging.getLogger("rankzero.worker")
 _stop = threading.Event()
@@ -30,6 +30,7 @@ def prepare(settings: Settings) -> None:
     warning = sandbox.check_host(settings.sandbox)  # raises SandboxUnavailable (what to do): no start
     if warning is not None:
         log.warning("%s", warning)
+    host_address.check(settings)  # raises HostAddressUnresolvable (what to set): no start
     upgrade(settings.resolved_database_url)
     settings.resolved_runs_dir.mkdir(parents=True, exist_ok=True)
     hosts.register(settings, capacity.host_gpus(settings))
