@@ -20,7 +20,13 @@ ENV PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     RANKZERO_DATA_DIR=/data \
     RANKZERO_RUNS_DIR=/runs \
-    RANKZERO_DATASETS_DIR=/datasets
+    RANKZERO_DATASETS_DIR=/datasets \
+    RANKZERO_HOST=0.0.0.0 \
+    RANKZERO_PORT=8000
+# bubblewrap: every job runs in a sandbox (worker/sandbox.py; docs/security.md "The job sandbox").
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends bubblewrap \
+ && rm -rf /var/lib/apt/lists/*
 RUN groupadd --system --gid 1000 rankzero \
  && useradd --system --uid 1000 --gid rankzero --home-dir /home/rankzero --create-home rankzero \
  && mkdir -p /app /data /runs /datasets \
@@ -44,7 +50,10 @@ COPY --from=web /web/vendor ./web/static/vendor
 RUN pip install --no-deps -e . && python -c "import api.app, worker.tasks, cli.main, rankzero"
 USER rankzero
 EXPOSE 8000
-# The API's health route; the worker service in docker-compose.yml overrides it with a Celery ping.
+# The API's health route on RANKZERO_HOST:RANKZERO_PORT; the worker service in docker-compose.yml
+# checks the worker instead (`rankzero healthcheck worker`).
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
-  CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/api/health', timeout=4)"]
-CMD ["rankzero", "api", "--host", "0.0.0.0", "--port", "8000"]
+  CMD ["rankzero", "healthcheck", "api"]
+# The API binds RANKZERO_HOST:RANKZERO_PORT (0.0.0.0:8000 unless set). `docker stop` gives 10 s before
+# SIGKILL; give the API 30 s (`docker run --stop-timeout 30`), a worker 120 s (ranks checkpoint).
+CMD ["rankzero", "api"]

@@ -123,3 +123,29 @@ def scheduler() -> None:
     except KeyboardInterrupt:
         stop.set()
         thread.join(10)
+
+
+@app.command(hidden=True)
+def healthcheck(
+    part: Annotated[str, typer.Argument(help="api or worker")] = "api",
+) -> None:
+    """Exit 0 when this container's part is healthy (the image's and docker-compose.yml's healthchecks):
+    the API answers /api/health on RANKZERO_HOST:RANKZERO_PORT; the worker, worker/health.py."""
+    import urllib.request
+
+    if part == "worker":
+        from worker.health import main
+
+        raise typer.Exit(main())
+    if part != "api":
+        fail(f"unknown part {part!r}: api or worker", code=2)
+    settings = load_settings()
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+    host = f"[{host}]" if ":" in host else host
+    try:
+        with urllib.request.urlopen(f"http://{host}:{settings.port}/api/health", timeout=4) as reply:
+            ok = reply.status == 200
+    except OSError as exc:
+        fail(f"unhealthy: {exc}", code=1)
+    if not ok:
+        fail("unhealthy: /api/health did not answer 200", code=1)
