@@ -14,11 +14,11 @@ A single-node attempt also gets a network namespace with loopback only: no port 
 rendezvous store, gloo, NCCL's bootstrap, a listener of the script's) is reachable from outside.
 A multi-node attempt shares the host's network (its ranks must reach the other hosts).
 
-How it ends: bwrap runs with --die-with-parent, so when its outer process exits (the job's main
-process exited, or it was killed) the kernel kills every process of the pid namespace, escaped or
-not; `end(mark)` then kills whatever is left in the attempt's cgroup and removes it. The worker's
-death reaches the job through a pipe (worker/sandbox_guard.py), not the parent-death signal, which
-cannot cross bwrap.
+How it ends: the job's first process (worker/sandbox_guard.py, torchrun's parent) is the init of
+its pid namespace (--as-pid-1), so when it exits (torchrun exited, or it was killed) the kernel kills
+every process of the namespace, escaped or not; `end(mark)` then kills whatever is left in the
+attempt's cgroup and removes it. The worker's death reaches the job through a pipe
+(worker/sandbox_guard.py), not the parent-death signal, which cannot cross bwrap.
 """
 
 from __future__ import annotations
@@ -85,7 +85,10 @@ def bwrap_args(view: View) -> list[str]:
 
 
 def _namespace_args(view: View) -> list[str]:
-    args = ["--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    # --as-pid-1: the job's first process (worker/sandbox_guard.py) is the pid namespace's init, so its
+    # exit makes the kernel kill every process left in the namespace. Not --die-with-parent: that also
+    # SIGKILLs bwrap when the worker dies, where the ranks should get one SIGTERM and checkpoint.
+    args = ["--as-pid-1", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     if not view.host_network:
         args.append("--unshare-net")
     if not view.as_root:

@@ -23,9 +23,10 @@ def _pairs(args: list[str], flag: str) -> list[str]:
 
 def test_namespaces_and_capabilities() -> None:
     one = sandbox.bwrap_args(_view())
-    for flag in ("--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-net"):
+    for flag in ("--as-pid-1", "--unshare-pid", "--unshare-ipc", "--unshare-net"):
         assert flag in one
     assert _pairs(one, "--cap-drop") == ["ALL"] and "--unshare-user" not in one
+    assert "--die-with-parent" not in one  # the worker's death must reach the ranks as one SIGTERM, not SIGKILL
     several = sandbox.bwrap_args(_view(host_network=True, as_root=False))
     assert "--unshare-net" not in several and "--unshare-user" in several
 
