@@ -76,12 +76,13 @@ def _hosts(snap: Snapshot) -> Iterator[Metric]:
         "rankzero_host_cpu_slots", "CPU rank slots per host (used, free).", labels=["host", "state"]
     )
     for h in snap.hosts:
-        faulty = len(getattr(h, "gpu_faults", None) or {})
+        faults = h.gpu_faults
+        used = [g for g in h.gpus if g not in h.free_gpus and g not in faults]
         up.add_metric([h.name, h.pool], 1.0 if h.alive else 0.0)
         draining.add_metric([h.name], 1.0 if h.draining else 0.0)
-        gpus.add_metric([h.name, "used"], float(len(h.gpus) - len(h.free_gpus) - faulty))
+        gpus.add_metric([h.name, "used"], float(len(used)))
         gpus.add_metric([h.name, "free"], float(len(h.free_gpus)))
-        gpus.add_metric([h.name, "faulty"], float(faulty))
+        gpus.add_metric([h.name, "faulty"], float(len(faults)))
         slots.add_metric([h.name, "used"], float(h.cpu_slots - h.free_slots))
         slots.add_metric([h.name, "free"], float(h.free_slots))
     yield from (up, draining, gpus, slots)

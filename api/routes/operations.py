@@ -1,0 +1,104 @@
+"""Operating the service: drain and undrain a host (admin: the token holder, for now), and a job's
+notification delivery log (docs/operations.md)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+from urllib.parse import urlsplit
+
+from fastapi import APIRouter, Body, HTTPException, Path, status
+from pydantic import BaseModel, Field
+from sqlalchemy import select
+from sqlmodel import col
+
+from api.deps import JobId, SessionDep, SettingsDep, job_or_404
+from api.models import ErrorDetail, HostPublic
+from api.routes.hosts import list_hosts
+from core import hosts
+from core.db import get_engine
+from core.tables import NotificationDelivery, NotificationEvent
+
+router = APIRouter(tags=["operations"])
+HostName = Annotated[str, Path(pattern=r"^[A-Za-z0-9._-]{1,100}$", description="The host's name (GET /api/hosts).")]
+MAX_NOTE_CHARS = 500
+MAX_DELIVERIES = 500  # newest first
+
+
+class DrainRequest(BaseModel):
+    model_config = {"extra": "forbid"}
+    note: str | None = Field(None, max_length=MAX_NOTE_CHARS, description="Why (shown on the Hosts page).")
+
+
+class NotificationPublic(BaseModel):
+    id: int
+    event: str  # job.succeeded, job.failed, job.cancelled, job.preempted, job.host_lost, job.requeued
+    status: str
+    at: datetime
+    url: str  # scheme and host only: a webhook URL's path often holds its secret (Slack's do)
+    state: str  # pending, delivered, failed (given up)
+    attempts: int
+    last_status: int | None
+    last_error: str | None
+    next_at: datetime | None  # when it is tried again (pending only)
+    delivered_at: datetime | None
+
+
+def redact(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname or '?'}{f':{parts.port}' if parts.port else ''}/…"
+
+
+def _drain(settings: SettingsDep, name: str, drain: bool, note: str | None) -> HostPublic:
+    if not hosts.set_drain(get_engine(settings.resolved_database_url), name, drain, note):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no host {name!r}: list hosts with GET /api/hosts")
+    return next(h for h in list_hosts(settings) if h.name == name)
+
+
+@router.post("/hosts/{name}/drain", response_model=HostPublic, responses={404: {"model": ErrorDetail}})
+def drain_host(
+    settings: SettingsDep, name: HostName, body: Annotated[DrainRequest | None, Body()] = None
+) -> HostPublic:
+    """Drain a host: nothing new is placed there, and its running jobs checkpoint and resume elsewhere
+    (within a few heartbeats). It stays drained, across worker restarts, until undrained."""
+    note = (body.note or "").strip() or None if body else None
+    return _drain(settings, name, True, note)
+
+
+@router.post("/hosts/{name}/undrain", response_model=HostPublic, responses={404: {"model": ErrorDetail}})
+def undrain_host(settings: SettingsDep, name: HostName) -> HostPublic:
+    """Give a drained host back to the scheduler."""
+    return _drain(settings, name, False, None)
+
+
+@router.get(
+    "/jobs/{job_id}/notifications",
+    response_model=list[NotificationPublic],
+    responses={404: {"model": ErrorDetail}},
+)
+def job_notifications(job_id: JobId, session: SessionDep) -> list[NotificationPublic]:
+    """The job's webhook deliveries, newest first: one per notification and webhook, with its attempts."""
+    job_or_404(session, job_id)
+    rows = session.execute(
+        select(NotificationDelivery, NotificationEvent)
+        .join(NotificationEvent, col(NotificationEvent.id) == col(NotificationDelivery.event_id))
+        .where(col(NotificationDelivery.job_id) == job_id)
+        .order_by(col(NotificationDelivery.id).desc())
+        .limit(MAX_DELIVERIES)
+    ).all()
+    return [
+        NotificationPublic(
+            id=d.id or 0,
+            event=f"job.{e.kind}",
+            status=e.status,
+            at=e.at,
+            url=redact(d.url),
+            state=d.state,
+            attempts=d.attempts,
+            last_status=d.last_status,
+            last_error=d.last_error,
+            next_at=d.next_at if d.state == "pending" else None,
+            delivered_at=d.delivered_at,
+        )
+        for d, e in rows
+    ]
