@@ -23,7 +23,20 @@ from api import docs, errors
 from api.auth import require_auth
 from api.client_limits import ClientLimitsMiddleware, FailureWindow, HostCheckMiddleware
 from api.limits import RequestLimitsMiddleware
-from api.routes import checkpoints, code, health, hosts, jobs, logs, metrics, priority, prometheus, schema, stream
+from api.routes import (
+    checkpoints,
+    code,
+    health,
+    hosts,
+    jobs,
+    logs,
+    metrics,
+    operations,
+    priority,
+    prometheus,
+    schema,
+    stream,
+)
 from core import migrate
 from core.settings import LOOPBACK_HOSTS, Settings, get_settings
 
@@ -79,7 +92,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(docs.router)
 
     protected = APIRouter(dependencies=[Depends(require_auth)])
-    for module in (jobs, priority, hosts, metrics, checkpoints, logs, stream, schema, code):
+    for module in (jobs, priority, hosts, operations, metrics, checkpoints, logs, stream, schema, code):
         protected.include_router(module.router)
     app.include_router(health.router, prefix=API_PREFIX)
     app.include_router(protected, prefix=API_PREFIX)
