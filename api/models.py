@@ -253,7 +253,10 @@ class HostPublic(BaseModel):
     jobs: list[HostJob]
     last_seen: datetime
     alive: bool
-    draining: bool
+    draining: bool  # takes no new work: its workers are stopping, or an operator drained it
+    drain_requested: bool = False  # an operator's drain (`rankzero hosts drain`), kept until undrained
+    drain_note: str | None = None
+    gpu_faults: dict[str, str] = {}  # GPUs out of placement (failing health checks), with why
 
 
 class PriorityChange(BaseModel):

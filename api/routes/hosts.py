@@ -57,12 +57,15 @@ def list_hosts(settings: SettingsDep) -> list[HostPublic]:
                 pool=h.pool,
                 gpus=list(h.gpus),
                 cpu_slots=h.cpu_slots,
-                free_gpus=[g for g in h.gpus if g not in busy_gpus],
+                free_gpus=[g for g in h.gpus if g not in busy_gpus and g not in h.gpu_faults],
                 free_slots=max(0, h.cpu_slots - cpu_slots_used),
                 jobs=[job for job, _, _ in held],
                 last_seen=h.heartbeat_at,
                 alive=h.alive,
                 draining=h.draining,
+                drain_requested=h.drain_requested,
+                drain_note=h.drain_note,
+                gpu_faults=dict(h.gpu_faults),
             )
         )
     return out
