@@ -33,11 +33,6 @@ from trainer.run_dir import RunDir
 _DAMAGED = (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, pickle.UnpicklingError)
 
 
-# sha256 of each checkpoint this process saved (relative path → sha): its event may still be queued in
-# the writer when the same process loads, and the "newest intact" rule needs a record for each file.
-_saved_here: dict[Path, dict[str, str]] = {}  # run dir → {relative path: sha256}
-
-
 class UnsafeCheckpointError(pickle.UnpicklingError):
     """The checkpoint holds objects `torch.load(weights_only=True)` refuses to build."""
 
@@ -54,16 +49,17 @@ def save_checkpoint(obj: Any, step: int, *, epoch: int | None = None) -> Path | 
     run = RunDir(job.run_dir)
     path = run.checkpoint_path(step)
     saved = ckpt_io.write_atomic(path, obj)
-    relative = checkpoint_files.relative_name(run, path)
-    _saved_here.setdefault(run.root, {})[relative] = saved.sha256
     events.emit(
         EventType.checkpoint,
         step=step,
         epoch=None if epoch is None else operator.index(epoch),
-        path=relative,
+        path=checkpoint_files.relative_name(run, path),
         bytes=saved.bytes,
         sha256=saved.sha256,
     )
+    # The event is what vouches for the file ("newest intact": trainer/checkpoint_files.py): on disk
+    # before the save returns, so a rank killed right after it (a stop's save, then exit) loses nothing.
+    events.flush()
     ckpt_io.prune(run, job.keep_last)
     return path
 
@@ -93,7 +89,7 @@ def load_checkpoint(map_location: Any = None, *, weights_only: bool = True) -> A
         _runtime.notice_local()
         return None
     run = RunDir(job.run_dir)
-    recorded = {**checkpoint_files.recorded_shas(run), **_saved_here.get(run.root, {})}
+    recorded = checkpoint_files.recorded_shas(run)
     passed_over: list[tuple[Path, str]] = []
     for path in checkpoint_files.intact_newest_first(run, recorded, passed_over=passed_over):
         _warn_passed_over(passed_over)

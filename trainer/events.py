@@ -27,6 +27,15 @@ if TYPE_CHECKING:  # the fields of each event type: the contract in trainer/even
     from trainer.event_types import CheckpointSaved, Failed, Finished, Metric, Progress, Started, Stopped
 
 _STOP = object()
+
+
+class _Flushed:
+    """A mark in the queue: set once everything queued before it is written (`EventLog.flush`)."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
 # An event line that cannot be written (disk full, a quota) is retried this long before it is given up;
 # the worker then fails the job over the gap in `seq` (worker/run_record.py), never calls it whole.
 WRITE_RETRY_S = 20.0
@@ -89,7 +98,7 @@ class EventLog:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
-        self._closing = threading.Event()  # ends a linger at once
+        self._hurry = threading.Event()  # ends a linger at once (close, flush)
         self._gave_up = False  # the last line could not be written within WRITE_RETRY_S
         if enabled:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -136,13 +145,17 @@ class EventLog:
     def _drain(self) -> None:
         while True:
             batch = [self._queue.get()]
-            if self.linger_s > 0 and batch[0] is not _STOP:
-                self._closing.wait(self.linger_s)
+            if self.linger_s > 0 and batch[0] is not _STOP and not isinstance(batch[0], _Flushed):
+                self._hurry.wait(self.linger_s)
                 while not self._queue.empty():
                     batch.append(self._queue.get())
             for event in batch:
                 if event is _STOP:
                     return
+                if isinstance(event, _Flushed):
+                    self._hurry.clear()
+                    event.done.set()
+                    continue
                 if isinstance(event, _Later):
                     for one in event.events(self):
                         self._write(one)
@@ -172,12 +185,25 @@ class EventLog:
                 time.sleep(0.25)
         self._gave_up = False
 
+    def flush(self, timeout: float = WRITE_RETRY_S + 10) -> bool:
+        """Wait until every event queued so far is written (or given up); False if `timeout` passed first.
+
+        For the few events whose record must be on disk before the caller goes on: a checkpoint's,
+        which is what vouches for its file (trainer/checkpoint_files.py), even if the process is
+        killed right after the save."""
+        if self._thread is None:
+            return True
+        mark = _Flushed()
+        self._queue.put(mark)
+        self._hurry.set()
+        return mark.done.wait(timeout)
+
     def close(self) -> None:
         """Write everything queued, then close. Safe to call twice."""
         if self._thread is None:
             return
         self._queue.put(_STOP)
-        self._closing.set()
+        self._hurry.set()
         self._thread.join(timeout=30)
         self._thread = None
         self._file.close()

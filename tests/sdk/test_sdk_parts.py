@@ -107,3 +107,26 @@ def test_local_mode_is_a_no_op(tmp_path, monkeypatch, capsys):
         _runtime.reset()
     assert list(tmp_path.iterdir()) == []
     assert capsys.readouterr().err.count("RANKZERO_RUN_DIR is not set") == 1
+
+
+def test_flush_waits_for_queued_events_even_while_lingering(tmp_path):
+    """A checkpoint's event must be on disk when save_checkpoint returns (it vouches for the file)."""
+    path = tmp_path / "events.jsonl"
+    log = EventLog(path, linger_s=3600.0)  # a linger no test would wait out: flush must end it
+    log.emit(EventType.metric, step=1, name="a", value=1.0)
+    log.emit(EventType.finished, step=1)
+    assert log.flush(timeout=60)
+    assert [e["type"] for e in _lines(path)] == ["metric", "finished"]
+    log.emit(EventType.finished, step=2)
+    assert log.flush(timeout=60) and len(_lines(path)) == 3
+    log.close()
+    assert EventLog(tmp_path / "off.jsonl", enabled=False).flush()
+
+
+def test_a_saved_checkpoint_is_recorded_before_save_returns(job_dir):
+    from trainer.checkpoint_files import newest_intact, recorded_shas
+    from trainer.run_dir import RunDir
+
+    path = rankzero.save_checkpoint({"step": 1}, 1)  # the writer lingers; the save does not wait it out
+    run = RunDir(job_dir)
+    assert newest_intact(run, recorded_shas(run)) == path.resolve()
