@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Annotated, Any
 
 import typer
@@ -19,6 +20,12 @@ def up(
         int | None,
         typer.Option(help="Jobs the worker runs at once (default RANKZERO_CONCURRENCY, else its GPUs or CPU slots)."),
     ] = None,
+    detach: Annotated[
+        bool,
+        typer.Option(
+            "--detach", "-d", help="Run in the background (a pid file in the data dir); `rankzero down` stops it."
+        ),
+    ] = False,
 ) -> None:
     """API + worker on this machine: SQLite and an embedded broker under RANKZERO_DATA_DIR, bound to 127.0.0.1."""
     from api.server import log_to_file, serve
@@ -30,6 +37,10 @@ def up(
     settings = settings.model_copy(
         update={"host": "127.0.0.1"}
     )  # `up` is the local default; `rankzero api` binds elsewhere
+    if detach:
+        args = [*(["--port", str(port)] if port else []), *(["--concurrency", str(concurrency)] if concurrency else [])]
+        _up_detached(settings, args)
+        return
     settings.ensure_data_dir()
     upgrade(settings.resolved_database_url)
     try:
@@ -52,8 +63,13 @@ def up(
     ):
         console.print(Text(line), soft_wrap=True)
     record_server(settings, url)  # the CLI of this data dir finds this port (`up --port`)
+    # SIGTERM (`rankzero down`, systemd's stop) as Ctrl-C: uvicorn re-raises the signal it caught once
+    # it has stopped, and the default action would end this process before the worker is stopped below.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         serve(settings, log_config=log_to_file(api_log))
+    except KeyboardInterrupt:
+        pass
     finally:
         forget_server(settings)
         console.print("stopping the worker (running jobs checkpoint and go back to the queue)…")
@@ -149,3 +165,61 @@ def healthcheck(
         fail(f"unhealthy: {exc}", code=1)
     if not ok:
         fail("unhealthy: /api/health did not answer 200", code=1)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _up_detached(settings: Any, args: list[str]) -> None:
+    """`up --detach`: start `up` in the background, wait until its API answers, print where it is."""
+    import time
+    import urllib.request
+
+    from cli import detach
+
+    running = detach.running_pid(settings)
+    if running is not None:
+        fail(f"rankzero is already running here (pid {running}, {detach.pid_file(settings)}): `rankzero down` stops it")
+    proc = detach.start(settings, args)
+    url = default_url(settings)
+    log = settings.data_dir / detach.UP_LOG
+    deadline = time.monotonic() + 120
+    while True:
+        if proc.poll() is not None:
+            detach.pid_file(settings).unlink(missing_ok=True)
+            fail(f"rankzero up exited with code {proc.returncode}; its output is in {log}")
+        try:
+            with urllib.request.urlopen(f"{url}/api/health", timeout=2) as reply:
+                if reply.status == 200:
+                    break
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            fail(f"the API did not answer at {url} within 120 s (still starting?); see {log}; `rankzero down` stops it")
+        time.sleep(0.3)
+    for line in (
+        f"rankzero is up in the background (pid {proc.pid}, {detach.pid_file(settings)})",
+        f"  dashboard:  {url}/",
+        f"  API token:  {settings.token()}",
+        f"  logs:       {log}  {settings.data_dir / 'api.log'}  {settings.data_dir / 'worker.log'}",
+        "  `rankzero down` stops it (running jobs checkpoint and go back to the queue)",
+    ):
+        console.print(Text(line), soft_wrap=True)
+
+
+@app.command()
+def down(
+    timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for running jobs to checkpoint before SIGKILL.", min=1, max=3600)
+    ] = 150.0,
+) -> None:
+    """Stop the instance `rankzero up --detach` started from this data dir (its jobs checkpoint and requeue)."""
+    from cli import detach
+
+    settings = load_settings()
+    pid = detach.stop(settings, timeout)
+    if pid is None:
+        console.print(Text(f"rankzero is not running here (no live pid in {detach.pid_file(settings)})"))
+        return
+    console.print(Text(f"rankzero (pid {pid}) stopped"))
