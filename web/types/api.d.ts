@@ -126,6 +126,47 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/hosts/{name}/drain": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Drain Host
+         * @description Drain a host: nothing new is placed there, and its running jobs checkpoint and resume elsewhere
+         *     (within a few heartbeats). It stays drained, across worker restarts, until undrained.
+         */
+        post: operations["drain_host_api_hosts__name__drain_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/hosts/{name}/undrain": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Undrain Host
+         * @description Give a drained host back to the scheduler.
+         */
+        post: operations["undrain_host_api_hosts__name__undrain_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/jobs": {
         parameters: {
             query?: never;
@@ -262,6 +303,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/jobs/{job_id}/notifications": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Job Notifications
+         * @description The job's webhook deliveries, newest first: one per notification and webhook, with its attempts.
+         */
+        get: operations["job_notifications_api_jobs__job_id__notifications_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/jobs/{job_id}/stream": {
         parameters: {
             query?: never;
@@ -309,6 +370,26 @@ export interface paths {
         };
         /** Job Spec Schema */
         get: operations["job_spec_schema_api_schema_job_spec_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Metrics
+         * @description Every rankzero metric, in Prometheus' text exposition format.
+         */
+        get: operations["metrics_metrics_get"];
         put?: never;
         post?: never;
         delete?: never;
@@ -437,6 +518,14 @@ export interface components {
              */
             val_fraction: number;
         };
+        /** DrainRequest */
+        DrainRequest: {
+            /**
+             * Note
+             * @description Why (shown on the Hosts page).
+             */
+            note?: string | null;
+        };
         /** ErrorDetail */
         ErrorDetail: {
             /** Detail */
@@ -471,12 +560,26 @@ export interface components {
             alive: boolean;
             /** Cpu Slots */
             cpu_slots: number;
+            /** Drain Note */
+            drain_note?: string | null;
+            /**
+             * Drain Requested
+             * @default false
+             */
+            drain_requested: boolean;
             /** Draining */
             draining: boolean;
             /** Free Gpus */
             free_gpus: string[];
             /** Free Slots */
             free_slots: number;
+            /**
+             * Gpu Faults
+             * @default {}
+             */
+            gpu_faults: {
+                [key: string]: string;
+            };
             /** Gpus */
             gpus: string[];
             /** Jobs */
@@ -923,6 +1026,34 @@ export interface components {
              * @default mlp
              */
             name: string;
+        };
+        /** NotificationPublic */
+        NotificationPublic: {
+            /**
+             * At
+             * Format: date-time
+             */
+            at: string;
+            /** Attempts */
+            attempts: number;
+            /** Delivered At */
+            delivered_at: string | null;
+            /** Event */
+            event: string;
+            /** Id */
+            id: number;
+            /** Last Error */
+            last_error: string | null;
+            /** Last Status */
+            last_status: number | null;
+            /** Next At */
+            next_at: string | null;
+            /** State */
+            state: string;
+            /** Status */
+            status: string;
+            /** Url */
+            url: string;
         };
         /** OptimizerSpec */
         OptimizerSpec: {
@@ -1424,6 +1555,92 @@ export interface operations {
             };
         };
     };
+    drain_host_api_hosts__name__drain_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The host's name (GET /api/hosts). */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["DrainRequest"] | null;
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HostPublic"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    undrain_host_api_hosts__name__undrain_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The host's name (GET /api/hosts). */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HostPublic"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     list_jobs_api_jobs_get: {
         parameters: {
             query?: {
@@ -1838,6 +2055,47 @@ export interface operations {
             };
         };
     };
+    job_notifications_api_jobs__job_id__notifications_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Job id. */
+                job_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NotificationPublic"][];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     stream_job_api_jobs__job_id__stream_get: {
         parameters: {
             query?: {
@@ -1922,6 +2180,26 @@ export interface operations {
                     "application/json": {
                         [key: string]: unknown;
                     };
+                };
+            };
+        };
+    };
+    metrics_metrics_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": unknown;
                 };
             };
         };
