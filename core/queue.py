@@ -91,10 +91,3 @@ def send_node(job_id: int, node_rank: int, placement_id: str, host_queue: str, s
         retry=True,
         retry_policy={"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 1},
     )
-
-
-def enqueue_or_defer(job_id: int, settings: Settings) -> bool:
-    """Nothing left to do: `core.jobs.create` wakes the scheduler once the row is committed, and a queued
-    row needs no message. Kept only while api/routes/jobs.py still calls it (its owner removes the call,
-    then this). True: always."""
-    return True
