@@ -8,7 +8,8 @@ namespaces + a cgroup) and not (off), alternating on / off / on / off ... in one
 machine load hits both alike. "First step" is the time from the call to launch() to the first
 `progress` event's stamp (the submit → claim part before it is the same either way: the scheduler and
 claim do not change); steps/s is taken from the progress events between the first and the last.
-Prints each run, the medians and the ratios sandboxed / not.
+Prints each run, the medians and the ratios sandboxed / not, and the sandbox's fixed cost alone
+(`true` started in it vs directly, alternating, median of 20).
 """
 
 from __future__ import annotations
@@ -60,6 +61,23 @@ def one_run(root: Path, job_id: int, mode: str, steps: int, nproc: int) -> tuple
     return first["time"] - t0, rate
 
 
+def spawn_cost(times: int = 20) -> tuple[float, float]:
+    """Median seconds to run `true` in a sandbox as launch builds it (namespaces + mounts) vs directly:
+    the fixed cost every attempt pays once, free of the trainer's noisy start-up."""
+    import subprocess
+
+    view = sandbox.View(run_dir=Path(tempfile.gettempdir()), cwd=Path("/"), system=sandbox.system_dirs(),
+                        runtime_dirs=sandbox.runtime_dirs(""))  # fmt: skip
+    boxed = [sandbox.shutil.which("bwrap") or "bwrap", *sandbox.bwrap_args(view), "true"]
+    took: dict[str, list[float]] = {"on": [], "off": []}
+    for _ in range(times):
+        for mode, cmd in (("on", boxed), ("off", ["true"])):
+            t = time.perf_counter()
+            subprocess.run(cmd, check=True)
+            took[mode].append(time.perf_counter() - t)
+    return statistics.median(took["on"]), statistics.median(took["off"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
@@ -84,6 +102,8 @@ def main() -> None:
     for mode in ("on", "off"):
         print(f"sandbox {mode:<4}{med[mode][0]:>16.2f}{med[mode][1]:>12.1f}")
     print(f"ratio on/off{med['on'][0] / med['off'][0]:>16.3f}{med['on'][1] / med['off'][1]:>12.3f}")
+    on, off = spawn_cost()
+    print(f"\nstarting a process: {on * 1000:.1f} ms in the sandbox, {off * 1000:.1f} ms without (median of 20)")
 
 
 if __name__ == "__main__":
