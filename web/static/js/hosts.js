@@ -6,15 +6,19 @@ import { api, ApiError } from "./api.js";
 import { $, h, setText } from "./dom.js";
 import { fmtAgo } from "./format.js";
 
+/** @typedef {import("../../types/api").components["schemas"]["HostPublic"]} HostPublic */
+
 const POLL_MS = 5000;
 let timer = null;
 
+/** @param {HostPublic} host */
 function stateOf(host) {
   if (!host.alive) return ["dead", "no heartbeat: gets nothing new"];
   if (host.draining) return ["draining", "finishing its jobs, takes no new ones"];
   return ["alive", ""];
 }
 
+/** @param {HostPublic} host */
 function gpuCells(host) {
   if (!host.gpus.length) return h("span", { class: "muted" }, "none (CPU)");
   const free = new Set(host.free_gpus);
@@ -26,6 +30,7 @@ function gpuCells(host) {
     }, g))));
 }
 
+/** @param {HostPublic} host */
 function row(host) {
   const [state, why] = stateOf(host);
   const used = host.cpu_slots - host.free_slots;

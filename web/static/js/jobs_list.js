@@ -16,6 +16,9 @@ const rows = new Map(); // job id -> {tr, cells}
 let timer = null;
 let inflight = null;
 
+/** @typedef {import("../../types/api").components["schemas"]["JobPublic"]} JobPublic */
+/** @typedef {import("../../types/api").components["schemas"]["JobPage"]} JobPage */
+
 /** The status filter lists the server's states (GET /api/meta), in lifecycle order. */
 function fillStatusFilter() {
   const select = $("#filter-status");
@@ -40,6 +43,7 @@ function writeUrl() {
   history.replaceState(null, "", s ? `?${s}` : location.pathname);
 }
 
+/** @param {JobPublic} job */
 function makeRow(job) {
   const check = h("input", { type: "checkbox", class: "pick", "aria-label": `Select ${job.name} (#${job.id}) for compare` });
   check.addEventListener("change", () => {
@@ -72,6 +76,7 @@ function makeRow(job) {
   return { tr, cells };
 }
 
+/** @param {JobPublic} job */
 function updateRow(row, job) {
   const c = row.cells;
   setText(c.link, job.name);
@@ -91,6 +96,7 @@ function updateRow(row, job) {
   c.check.checked = selected.has(job.id);
 }
 
+/** @param {JobPage} page */
 function render(page) {
   const body = $("#jobs-body");
   const ids = page.items.map((j) => j.id);
