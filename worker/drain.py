@@ -71,7 +71,9 @@ def draining(settings: Settings) -> bool:
 
 
 def _host_flag(settings: Settings) -> Path:
-    return _flags_dir(settings) / f"host-{settings.resolved_host_name}"
+    # Beside the process flags, not among them: a worker's start sweeps those, and several hosts' workers
+    # may share one data dir (one machine posing as several hosts).
+    return settings.data_dir / "drain-hosts" / settings.resolved_host_name
 
 
 def set_host_drained(settings: Settings, drained: bool) -> None:
