@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy.engine import Engine
@@ -202,9 +203,21 @@ def _watch_until_ended(watch: Watcher) -> Ended:
         if reason is StopReason.replaced:
             raise jobs.FencedOut(a.job_id, a.number)
         if reason is not None:
-            code = procs.stop(a.proc, a.mark, grace_s(a.settings.cancel_grace_s, reason))
+            code = procs.stop(a.proc, a.mark, grace_s(a.settings.cancel_grace_s, reason), _keep_alive(a))
             return Ended(code, reason, stop_note(reason, seen, limits))
         time.sleep(a.settings.poll_s)
+
+
+def _keep_alive(a: Attempt) -> Callable[[], object]:
+    """The job's heartbeat while its ranks checkpoint on their way out; never raises (the database may be down)."""
+
+    def beat() -> object:
+        try:
+            return jobs.touch_live(a.engine, a.job_id, attempt=a.number)
+        except DBAPIError:
+            return False
+
+    return beat
 
 
 def _fenced_out(a: Attempt) -> str:

@@ -77,14 +77,22 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
-def stop(proc: subprocess.Popen[bytes], mark: str, grace_s: float) -> int | None:
-    """Stop torchrun and every rank; return torchrun's exit code. No process carrying `mark` is left."""
+def stop(
+    proc: subprocess.Popen[bytes], mark: str, grace_s: float, keep_alive: Callable[[], object] | None = None
+) -> int | None:
+    """Stop torchrun and every rank; return torchrun's exit code. No process carrying `mark` is left.
+    `keep_alive` is called about once a second while the ranks checkpoint (the job's heartbeat: a
+    supervisor stopping its ranks is alive, and recovery must not take the job from it meanwhile)."""
     _signal_group(proc, signal.SIGTERM)
     signal_all(pids_with_mark(mark), signal.SIGTERM)
     deadline = time.monotonic() + grace_s
+    beat = time.monotonic()
     while time.monotonic() < deadline:
         if proc.poll() is not None and not pids_with_mark(mark):
             return proc.returncode
+        if keep_alive is not None and time.monotonic() - beat >= 1.0:
+            keep_alive()
+            beat = time.monotonic()
         time.sleep(0.1)
     _signal_group(proc, signal.SIGKILL)
     signal_all(pids_with_mark(mark), signal.SIGKILL)
