@@ -116,10 +116,29 @@ def show(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
 
 
 @app.command()
-def hosts(url: UrlOpt = None, token: TokenOpt = None) -> None:
-    """The hosts jobs are placed on: free GPUs or slots, what runs where, when each was last seen."""
+def hosts(
+    action: Annotated[str | None, typer.Argument(help="drain or undrain (none: list the hosts)")] = None,
+    host: Annotated[str | None, typer.Argument(help="The host to drain or undrain")] = None,
+    note: Annotated[str | None, typer.Option(help="Why it is drained (shown with the host)")] = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """The hosts jobs are placed on: free GPUs or slots, what runs where, when each was last seen.
+    `rankzero hosts drain HOST`: nothing new goes there and its jobs checkpoint and move; `undrain HOST`."""
+    if action is not None:
+        _drain_command(action, host, note, client_for(url, token))
+        return
     rows = call(lambda: client_for(url, token).get("/hosts"))
     console.print(views.hosts_table(rows) if rows else Text("(no host has registered: start a worker)"))
+
+
+def _drain_command(action: str, host: str | None, note: str | None, client: Api) -> None:
+    if action not in ("drain", "undrain") or not host:
+        fail("usage: rankzero hosts [drain|undrain HOST] [--note TEXT]")
+    body = {"note": note} if action == "drain" and note else None
+    row = call(lambda: client.post(f"/hosts/{host}/{action}", json=body))
+    word = "drained: nothing new goes there; its running jobs checkpoint and move" if action == "drain" else "undrained"
+    console.print(f"host {row['name']} {word}")
 
 
 @app.command()
