@@ -212,7 +212,7 @@ class NotificationEvent(SQLModel, table=True):
     own transaction, so no event is lost and none is sent for a transition that rolled back. A sender
     (worker/notify_sender.py) turns each into one delivery per configured webhook."""
 
-    __tablename__ = "notification_events"
+    __tablename__ = "notification_events"  # pyright: ignore[reportAssignmentType]  (SQLModel declares it an attr)
 
     id: int | None = Field(default=None, primary_key=True)
     job_id: int = Field(foreign_key="jobs.id", index=True, ondelete="CASCADE")
@@ -229,7 +229,7 @@ class NotificationEvent(SQLModel, table=True):
 class NotificationDelivery(SQLModel, table=True):
     """One event to one webhook: its attempts, the answer last seen, and when to try again (the delivery log)."""
 
-    __tablename__ = "notification_deliveries"
+    __tablename__ = "notification_deliveries"  # pyright: ignore[reportAssignmentType]
     __table_args__ = (Index("ix_notification_deliveries_state_next", "state", "next_at"),)
 
     id: int | None = Field(default=None, primary_key=True)

@@ -55,7 +55,7 @@ def fan_out(engine: Engine, urls: list[str]) -> int:
                 update(NotificationEvent)
                 .where(col(NotificationEvent.id) == event_id, col(NotificationEvent.fanned_out).is_(False))
                 .values(fanned_out=True)
-            ).rowcount
+            ).rowcount  # pyright: ignore[reportAttributeAccessIssue]  (an UPDATE: a CursorResult)
             if won != 1:
                 continue  # another worker took it
             now = db_now(engine)
@@ -76,7 +76,7 @@ def _claim(engine: Engine, delivery_id: int, seen_next: datetime, hold_s: float)
                 col(NotificationDelivery.next_at) == seen_next,
             )
             .values(next_at=db_now(engine) + timedelta(seconds=hold_s))
-        ).rowcount
+        ).rowcount  # pyright: ignore[reportAttributeAccessIssue]
         s.commit()
         return won == 1
 
