@@ -3,8 +3,10 @@ the token guards it on the API port, not on RANKZERO_METRICS_ADDRESS; the pure p
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,10 +18,11 @@ from sqlmodel import Session
 from api.observability.collector import cumulative_buckets, families
 from api.observability.request_timing import route_label, status_class
 from api.observability.snapshot import RunningJob, Snapshot
-from core.tables import Host, JobStatus, utcnow
+from core.tables import Host, JobStatus, SchedulerLease, utcnow
 from tests.support.ports import free_port
 
 S = JobStatus
+DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "rankzero.json"
 
 
 def scrape(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -162,3 +165,20 @@ def test_running_job_series_are_bounded_to_running_jobs() -> None:
     assert by_name["rankzero_job_loss"].samples == []  # no loss yet: no sample, not a made-up 0
     assert {s.labels["status"] for s in by_name["rankzero_jobs"].samples} == {s.value for s in S}
     assert by_name["rankzero_queue_wait_seconds"].samples[-1].value == 22.0  # _sum
+
+
+def test_the_grafana_dashboard_asks_only_for_metrics_the_service_exports(client: TestClient, db: Session) -> None:
+    db.add(SchedulerLease(holder="test", renewed_at=utcnow()))
+    db.commit()
+    client.get("/api/jobs")
+    text = client.get("/metrics").text
+    families = set(re.findall(r"^# TYPE (\S+)", text, re.M))
+    exported = families | {f"{f}{suffix}" for f in families for suffix in ("_bucket", "_count", "_sum", "_total")}
+    dashboard = json.loads(DASHBOARD.read_text())
+    asked = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"\brankzero_[a-z_]+", target["expr"])
+    }
+    assert asked and asked <= exported, asked - exported
