@@ -34,6 +34,31 @@ class Settings(BaseSettings):
 
     data_dir: Path = Field(Path.home() / ".rankzero", description="Where the embedded defaults keep their files.")
     database_url: str | None = Field(None, description="SQLAlchemy URL; default: SQLite file in the data dir.")
+    # --- PostgreSQL session limits (core/db.py; docs/reliability.md): no transaction outlives its holder ---
+    db_lock_timeout_s: float = Field(
+        5.0,
+        ge=0.1,
+        le=600,
+        description="PostgreSQL: a statement waiting this long for a row lock fails (retried, "
+        "or a 503 the client retries) instead of waiting on a frozen holder.",
+    )
+    db_idle_in_transaction_timeout_s: float = Field(
+        30.0,
+        ge=1,
+        le=3600,
+        description="PostgreSQL: the server ends a session idle this long inside a "
+        "transaction (a frozen or cut-off process), releasing its locks.",
+    )
+    db_statement_timeout_s: float = Field(
+        60.0, ge=1, le=3600, description="PostgreSQL: a statement running this long is cancelled (migrations excepted)."
+    )
+    db_keepalive_idle_s: int = Field(
+        10,
+        ge=1,
+        le=3600,
+        description="PostgreSQL: TCP keepalive probes after this many idle seconds (then every "
+        "5 s, 3 tries), so a connection across a cut link is found dead within about half a minute.",
+    )
     broker_url: str | None = Field(
         None, description="Celery broker URL; default: an embedded SQLite transport in the data dir."
     )
