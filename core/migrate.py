@@ -17,7 +17,7 @@ from alembic.config import Config
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, make_url
 
-from core.db import _normalise, get_engine
+from core.db import _normalise, get_engine, without_limits
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 _PG_LOCK_KEY = 0x72616E6B  # "rank": any constant shared by every rankzero process
@@ -58,6 +58,7 @@ def upgrade(database_url: str, revision: str = "head") -> None:
         return
     with engine.begin() as conn:
         if engine.dialect.name == "postgresql":
+            without_limits(conn)  # the second process waits out the first one's migration
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_LOCK_KEY})
         command.upgrade(alembic_config(conn), revision)
 
