@@ -17,10 +17,12 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    ValidationError,
     field_validator,
     model_serializer,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from trainer import catalogue
 from trainer.entrypoint import Entrypoint, parse_entrypoint
@@ -82,6 +84,76 @@ class StrictModel(BaseModel):
     """Base for every spec section: unknown fields and non-finite numbers are errors."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_default=True)
+
+
+def refuse(field: str, message: str, value: Any = None) -> ValidationError:
+    """A cross-field refusal that names its field (`loc`) and reads as the sentence given: a plain
+    ValueError from a model validator has an empty loc and pydantic's "Value error, " before it."""
+    loc = tuple(field.split("."))
+    error = PydanticCustomError("value_error", "{message}", {"message": message})
+    return ValidationError.from_exception_data("JobSpec", [InitErrorDetails(type=error, loc=loc, input=value)])
+
+
+MAX_CONSOLE_PATTERNS = 20
+MAX_CONSOLE_REGEX_CHARS = 500  # SageMaker's metric_definitions limit
+
+
+def compile_console_regex(regex: str) -> Any:
+    """`regex` compiled with RE2 (matching time linear in the line: no catastrophic backtracking), or a
+    ValueError saying what is wrong. Imported here so a spec without console patterns never needs it."""
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False
+    try:
+        return re2.compile(regex, options)
+    except re2.error as exc:
+        detail = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        raise ValueError(
+            f"The regex does not compile under RE2 ({detail}). RE2 matches in time linear in the line, so it "
+            "has no backreferences or lookarounds: rewrite the regex without them."
+        ) from None
+
+
+class ConsolePattern(StrictModel):
+    regex: str = Field(
+        min_length=1,
+        max_length=MAX_CONSOLE_REGEX_CHARS,
+        description="An RE2 regular expression over rank 0's output lines, with named groups `value` and `key` "
+        "(or a fixed `name`), optionally `step`: e.g. '^epoch (?P<step>\\d+) acc (?P<value>[0-9.]+)'.",
+    )
+    name: str | None = Field(
+        None, min_length=1, max_length=100, description="The series' name when the regex has no `key` group."
+    )
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            compile_console_regex(v)
+        except ValueError as exc:
+            raise PydanticCustomError("value_error", "{message}", {"message": str(exc)}) from None
+        return v
+
+    @model_validator(mode="after")
+    def _check_groups(self) -> ConsolePattern:
+        groups = compile_console_regex(self.regex).groupindex
+        if "value" not in groups:
+            raise refuse("regex", "The regex needs a named group `value`, e.g. (?P<value>[0-9.eE+-]+).", self.regex)
+        if "key" not in groups and self.name is None:
+            raise refuse("name", "The pattern needs a `name`, or a named group `key` in its regex.")
+        return self
+
+
+class ConsoleMetricsSpec(StrictModel):
+    defaults: bool = Field(
+        True,
+        description="Read the popular loops' formats (iter N: loss X; Hugging Face dicts; tqdm/Lightning "
+        "postfixes; Keras; KEY: NUMBER) from the script's output.",
+    )
+    patterns: list[ConsolePattern] = Field(
+        default_factory=list, max_length=MAX_CONSOLE_PATTERNS, description="Patterns of your own, beside the defaults."
+    )
 
 
 Args = Annotated[
@@ -301,6 +373,12 @@ class JobSpec(StrictModel):
         "runs). It runs as `torchrun --nproc-per-node N <entrypoint>` in the bundle; needs `code`.",
     )
 
+    console_metrics: ConsoleMetricsSpec | None = Field(
+        None,
+        description="A script job's metrics and progress from its console (rank 0's stdout/stderr): the default "
+        "formats, patterns of your own, or defaults false to read nothing. The SDK and TensorBoard win for a name.",
+    )
+
     @field_validator("resume_from")
     @classmethod
     def _plain_path(cls, v: str | None) -> str | None:
@@ -319,6 +397,12 @@ class JobSpec(StrictModel):
     def _check_consistency(self) -> JobSpec:
         if self.entrypoint is not None:
             return self._check_script_job()
+        if self.console_metrics is not None:
+            raise refuse(
+                "console_metrics",
+                "console_metrics applies only to an entrypoint script (the built-in trainer reports its own "
+                "metrics): remove it.",
+            )
         if self.epochs is None and self.max_steps is None:
             raise ValueError("set epochs or max_steps (or both) so the run knows when to stop")
         if self.sync == "dataparallel" and (self.nproc != 1 or self.nnodes != 1):
@@ -354,14 +438,17 @@ class JobSpec(StrictModel):
 
     def _check_script_job(self) -> JobSpec:
         if self.code is None:
-            raise ValueError(
-                "entrypoint needs code: the bundle holding the script (`rankzero submit job.yaml --code DIR`)"
+            raise refuse(
+                "code", "entrypoint needs code: the bundle holding the script (`rankzero submit job.yaml --code DIR`)."
             )
         refused = self.builtin_fields_set()
         if refused:
-            raise ValueError(
-                f"{', '.join(refused)} only apply to the built-in trainer, not to an entrypoint script: remove "
-                f"{'it' if len(refused) == 1 else 'them'} (your script reads its own arguments: put them in entrypoint)"
+            one = len(refused) == 1
+            raise refuse(
+                refused[0],
+                f"{', '.join(refused)} only {'applies' if one else 'apply'} to the built-in trainer, not to an "
+                f"entrypoint script: remove {'it' if one else 'them'} (your script reads its own arguments: put "
+                "them in entrypoint).",
             )
         return self
 
