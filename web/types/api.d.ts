@@ -484,6 +484,33 @@ export interface components {
             /** Unpacked Bytes */
             unpacked_bytes: number;
         };
+        /** ConsoleMetricsSpec */
+        ConsoleMetricsSpec: {
+            /**
+             * Defaults
+             * @description Read the popular loops' formats (iter N: loss X; Hugging Face dicts; tqdm/Lightning postfixes; Keras; KEY: NUMBER) from the script's output.
+             * @default true
+             */
+            defaults: boolean;
+            /**
+             * Patterns
+             * @description Patterns of your own, beside the defaults.
+             */
+            patterns?: components["schemas"]["ConsolePattern"][];
+        };
+        /** ConsolePattern */
+        ConsolePattern: {
+            /**
+             * Name
+             * @description The series' name when the regex has no `key` group.
+             */
+            name?: string | null;
+            /**
+             * Regex
+             * @description An RE2 regular expression over rank 0's output lines, with named groups `value` and `key` (or a fixed `name`), optionally `step`: e.g. '^epoch (?P<step>\d+) acc (?P<value>[0-9.]+)'.
+             */
+            regex: string;
+        };
         /** DataSpec */
         DataSpec: {
             /**
@@ -813,6 +840,8 @@ export interface components {
              * @default false
              */
             compile: boolean;
+            /** @description A script job's metrics and progress from its console (rank 0's stdout/stderr): the default formats, patterns of your own, or defaults false to read nothing. The SDK and TensorBoard win for a name. */
+            console_metrics?: components["schemas"]["ConsoleMetricsSpec"] | null;
             data?: components["schemas"]["DataSpec"];
             /**
              * Device
