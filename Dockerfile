@@ -33,10 +33,10 @@ RUN groupadd --system --gid 1000 rankzero \
  && chown rankzero:rankzero /data /runs /datasets \
  && chmod 0700 /data
 WORKDIR /app
-# Dependencies first (a layer that survives code edits): install the pinned set, then the code.
-COPY pyproject.toml README.md ./
+# Dependencies first (a layer that survives code and README edits): install the pinned set, then the code.
+COPY pyproject.toml ./
 RUN mkdir -p core trainer api worker cli rankzero \
- && touch core/__init__.py trainer/__init__.py api/__init__.py worker/__init__.py cli/__init__.py rankzero/__init__.py \
+ && touch README.md core/__init__.py trainer/__init__.py api/__init__.py worker/__init__.py cli/__init__.py rankzero/__init__.py \
  && pip install . && pip uninstall -y rankzero
 COPY core ./core
 COPY trainer ./trainer
@@ -44,6 +44,7 @@ COPY api ./api
 COPY worker ./worker
 COPY cli ./cli
 COPY rankzero ./rankzero
+COPY README.md ./
 COPY web/templates ./web/templates
 COPY web/static ./web/static
 COPY --from=web /web/vendor ./web/static/vendor
