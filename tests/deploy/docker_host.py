@@ -1,0 +1,133 @@
+"""A Docker engine and the base images the project's Dockerfile and docker-compose.yml name, on a
+machine that has neither a running daemon nor a reachable registry (CI).
+
+- `ensure_engine()`: Debian's docker.io and docker-compose (v1.29) installed where absent; a daemon
+  started where none answers, with no bridge and no iptables rules (containers use host networking).
+  It returns a `stop` for what it started, and nothing else.
+- `ensure_bases()`: stand-ins for python:3.11-slim-bookworm, node:22-bookworm-slim, postgres:16-bookworm
+  and redis:7.4-alpine, built from Debian packages (debootstrap --variant=minbase bookworm → docker
+  import → tests/deploy/standins/*/Dockerfile) and tagged with those exact names. They carry this
+  host's CA bundle (pip and npm reach their registries through it inside builds): test-only, never the
+  project's image. An existing tag is kept, so only the first run on a machine builds them.
+
+`python -m tests.deploy.docker_host` does both (and leaves the daemon running).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+STANDINS = HERE / "standins"
+MINBASE = "rankzero-standin/bookworm-minbase:1"
+CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+# tag → the stand-in's folder under tests/deploy/standins/
+BASES = {
+    "python:3.11-slim-bookworm": "python",
+    "node:22-bookworm-slim": "node",
+    "postgres:16-bookworm": "postgres",
+    "redis:7.4-alpine": "redis",
+}
+# Debian's apt refuses index files whose Valid-Until passed when the clock is off; harmless elsewhere.
+APT_CONF = 'Acquire::Check-Valid-Until "false";\nAcquire::Check-Date "false";\n'
+
+
+def run(cmd: list[str], timeout: float = 600, **kw) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, check=True, text=True, timeout=timeout, **kw)
+
+
+def engine_answers() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
+
+
+def compose_command() -> list[str]:
+    """`docker compose` (v2) where the plugin exists, else `docker-compose` (v1.29, Debian's)."""
+    if subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=30).returncode == 0:
+        return ["docker", "compose"]
+    return ["docker-compose"]
+
+
+def _install_packages() -> None:
+    missing = [p for p, exe in (("docker.io", "dockerd"), ("docker-compose", "docker-compose"),
+                                ("debootstrap", "debootstrap")) if shutil.which(exe) is None]  # fmt: skip
+    if shutil.which("docker") is None and "docker.io" not in missing:
+        missing.append("docker.io")
+    if missing:
+        env = os.environ | {"DEBIAN_FRONTEND": "noninteractive"}
+        run(["apt-get", "update", "-qq"], env=env, capture_output=True)
+        run(["apt-get", "install", "-y", "-qq", *missing], env=env, capture_output=True, timeout=900)
+
+
+def ensure_engine() -> Callable[[], None]:
+    """A daemon that answers `docker info`; the returned function stops it if this call started it."""
+    _install_packages()
+    if engine_answers():
+        return lambda: None
+    log = tempfile.NamedTemporaryFile(prefix="rankzero-dockerd-", suffix=".log", delete=False)  # noqa: SIM115 (open while dockerd runs)
+    proc = subprocess.Popen(
+        ["dockerd", "--bridge=none", "--iptables=false", "--ip6tables=false"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    for _ in range(120):
+        if engine_answers():
+            break
+        if proc.poll() is not None:
+            raise RuntimeError(f"dockerd exited with {proc.returncode}; see {log.name}")
+        time.sleep(0.5)
+    else:
+        raise RuntimeError(f"dockerd did not answer within 60 s; see {log.name}")
+
+    def stop() -> None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+
+    return stop
+
+
+def image_exists(tag: str) -> bool:
+    return subprocess.run(["docker", "image", "inspect", tag], capture_output=True, timeout=30).returncode == 0
+
+
+def _build_minbase() -> None:
+    with tempfile.TemporaryDirectory(prefix="rankzero-rootfs-") as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        run(["debootstrap", "--variant=minbase", "--include=ca-certificates", "bookworm", str(rootfs),
+             "http://deb.debian.org/debian"], capture_output=True, timeout=1200)  # fmt: skip
+        shutil.copyfile(CA_BUNDLE, rootfs / "etc/ssl/certs/ca-certificates.crt")
+        (rootfs / "etc/apt/apt.conf.d/99rankzero-standin").write_text(APT_CONF)
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        run(["docker", "import", "-", MINBASE], stdin=tar.stdout, capture_output=True)
+        if tar.wait() != 0:
+            raise RuntimeError("tar of the bookworm rootfs failed")
+
+
+def ensure_bases(rebuild: bool = False) -> list[str]:
+    """Build the stand-ins that are missing; the tags built."""
+    built = []
+    for tag, folder in BASES.items():
+        if image_exists(tag) and not rebuild:
+            continue
+        if not image_exists(MINBASE):
+            _build_minbase()
+        run(["docker", "build", "--network", "host", "-t", tag, str(STANDINS / folder)], capture_output=True)
+        built.append(tag)
+    return built
+
+
+if __name__ == "__main__":
+    ensure_engine()
+    print("built:", ensure_bases() or "nothing (all cached)")
