@@ -11,6 +11,11 @@ once when woken (core/wake.py):
 The database row stays the truth: a placement whose message cannot be sent is taken back, a placed
 job whose host dies before starting it is placed again, and a leader that dies, freezes or is cut
 off stops renewing its lease, so another worker's candidate takes over within `lease_s`.
+
+A leader frozen inside a transaction keeps that transaction's row locks until the server ends its
+session (core/db.py, `db_idle_in_transaction_timeout_s`). Meanwhile each write here waits at most
+`LOCK_WAIT_S` for a row and, finding it held, leaves that job for a later pass: the rest of the queue
+is placed as usual (tests/reliability/test_rel_db_locks.py).
 """
 
 from __future__ import annotations
@@ -19,16 +24,17 @@ import logging
 import os
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import insert, or_, select, update
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlmodel import Session, col
 
 from core import hosts, jobs, placement, queue, wake
-from core.db import db_now, get_engine, now_sql
+from core.db import db_now, get_engine, is_lock_timeout, now_sql, wait_for_locks_at_most
 from core.job_state import HOLDING
 from core.placement_record import BadPlacement, JobPlacement, read_placement
 from core.settings import Settings
@@ -37,6 +43,10 @@ from trainer.spec import JobSpec
 
 log = logging.getLogger("rankzero.scheduler")
 S = JobStatus
+
+# How long a scheduler write waits for a row another transaction holds before leaving that job for the
+# next pass. Short: a healthy writer holds a job row for milliseconds.
+LOCK_WAIT_S = 0.5
 
 
 class Leadership:
@@ -64,6 +74,7 @@ class Leadership:
         cutoff = db_now(engine) - timedelta(seconds=self.lease_s)
         mine_or_stale = or_(col(SchedulerLease.holder) == self.me, col(SchedulerLease.renewed_at) < cutoff)
         with engine.begin() as conn:
+            wait_for_locks_at_most(conn, 2 * LOCK_WAIT_S)  # a frozen holder of the lease row: try again later
             renewed = conn.execute(
                 update(SchedulerLease)
                 .where(col(SchedulerLease.id) == 1, mine_or_stale)
@@ -191,13 +202,27 @@ def _views(rows: list[hosts.HostRow]) -> list[placement.HostView]:
     return [h.view() for h in rows if h.alive]
 
 
+def _write(engine: Engine, job_id: int, what: str, write: Callable[[Connection], bool]) -> bool:
+    """`write` in a transaction of its own that waits at most `LOCK_WAIT_S` for a row; False, with a
+    warning, when job `job_id`'s row is held by another transaction (a frozen process, say): next pass."""
+    try:
+        with engine.begin() as conn:
+            wait_for_locks_at_most(conn, LOCK_WAIT_S)
+            return write(conn)
+    except OperationalError as exc:
+        if not is_lock_timeout(exc):
+            raise
+        log.warning("job %s: its row is held by another transaction; %s at a later pass", job_id, what)
+        return False
+
+
 def _dispatch(engine: Engine, settings: Settings, p: placement.Placement, state: _State, pools: dict[int, str]) -> bool:
     """Write one placement and send its nodes their messages; take it back if the broker is down."""
     addresses = {h.name: h.address for h in state.host_rows}
     placement_id = uuid.uuid4().hex
-    with engine.begin() as conn:
-        if not jobs.place(conn, p.job_id, JobPlacement.of(p, addresses).to_json(), placement_id):
-            return False  # cancelled or placed meanwhile
+    record = JobPlacement.of(p, addresses).to_json()
+    if not _write(engine, p.job_id, "placing it", lambda conn: jobs.place(conn, p.job_id, record, placement_id)):
+        return False  # cancelled or placed meanwhile, or its row is held
     pool = pools[p.job_id]
     try:
         for node in p.nodes:
@@ -217,22 +242,37 @@ def schedule_once(settings: Settings) -> placement.Plan:
     engine = get_engine(settings.resolved_database_url)
     state = _read(engine, settings)
     for job_id, why in state.invalid.items():
-        jobs.refuse(engine, job_id, f"the stored spec is no longer valid: {why}; resubmit it")
+        message = f"the stored spec is no longer valid: {why}; resubmit it"
+        _unless_locked(job_id, "refusing it", lambda j=job_id, m=message: jobs.refuse(engine, j, m))
+    why = "its host went silent before starting it; placing again"
     for job_id, placement_id in state.orphans:
-        jobs.unplace(engine, job_id, placement_id, reason="its host went silent before starting it; placing again")
+        _unless_locked(job_id, "placing it again", lambda j=job_id, p=placement_id: jobs.unplace(engine, j, p, why))
     plan = placement.plan(state.waiting, _views(state.host_rows), state.usage)
     pools = {w.job_id: w.pool for w in state.waiting}
     for p in plan.placements:
         _dispatch(engine, settings, p, state, pools)
     changed = {j: r for j, r in plan.pending.items() if state.reasons.get(j) != r}
-    if changed or plan.preempt:
-        with engine.begin() as conn:
-            for job_id, reason in changed.items():
-                jobs.set_pending_reason(conn, job_id, reason[:2000])
-            for victim, for_job in plan.preempt.items():
-                if jobs.request_preemption(conn, victim, for_job):
-                    log.warning("job %s: preempted to make room for job %s", victim, for_job)
+    for job_id, reason in changed.items():  # one transaction each: a held row holds up only its own job
+        _write(engine, job_id, "saying why it waits", lambda c, j=job_id, r=reason: _pending(c, j, r))
+    for victim, for_job in plan.preempt.items():
+        if _write(engine, victim, "preempting it", lambda c, v=victim, f=for_job: jobs.request_preemption(c, v, f)):
+            log.warning("job %s: preempted to make room for job %s", victim, for_job)
     return plan
+
+
+def _pending(conn: Connection, job_id: int, reason: str) -> bool:
+    jobs.set_pending_reason(conn, job_id, reason[:2000])
+    return True
+
+
+def _unless_locked(job_id: int, what: str, write: Callable[[], object]) -> None:
+    """`write` (its own transaction, the default lock wait); a held row leaves it for a later pass."""
+    try:
+        write()
+    except OperationalError as exc:
+        if not is_lock_timeout(exc):
+            raise
+        log.warning("job %s: its row is held by another transaction; %s at a later pass", job_id, what)
 
 
 def start_scheduler_thread(settings: Settings, stop: threading.Event) -> threading.Thread:
