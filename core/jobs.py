@@ -309,6 +309,18 @@ def set_priority(session: Session, job_id: int, priority: int) -> bool:
     return True
 
 
+def note(engine: Engine, job_id: int, detail: str) -> bool:
+    """A line in a job's timeline that changes nothing (its current status, again): e.g. that a GPU it ran
+    on failed its health check (worker/host_watch.py). False: no such job."""
+    with Session(engine) as s:
+        job = s.get(Job, job_id)
+        if job is None:
+            return False
+        s.add(JobTransition(job_id=job_id, status=job.status, at=now_sql(s), attempt=job.attempt, detail=detail))
+        s.commit()
+        return True
+
+
 def _placement_hosts(engine: Engine, job_id: int) -> str:
     job = get_job(engine, job_id)
     try:
