@@ -7,8 +7,15 @@ from __future__ import annotations
 import logging
 import threading
 
-from core import hosts
+from sqlalchemy import select
+from sqlmodel import Session, col
+
+from core import hosts, jobs
+from core.db import get_engine
+from core.job_state import HOLDING
+from core.placement_record import BadPlacement, read_placement
 from core.settings import Settings
+from core.tables import Job
 from worker import drain
 from worker.gpu_health import GpuSource, Tracker, make_source
 
@@ -33,7 +40,31 @@ class HostWatch:
             for gpu, why in faults.items():
                 log.warning("GPU %s out of placement: %s", gpu, why)
             hosts.set_gpu_faults(self.settings, faults)
+            new = {g: why for g, why in faults.items() if g not in (self.faults or {})}
             self.faults = faults
+            self.note_jobs(new)
+
+    def note_jobs(self, new_faults: dict[str, str]) -> None:
+        """Say in the timeline of each job placed on a newly failing GPU of this host that it failed (its
+        own errors, if any, may be the GPU's)."""
+        if not new_faults:
+            return
+        engine = get_engine(self.settings.resolved_database_url)
+        name = self.settings.resolved_host_name
+        with Session(engine) as s:
+            rows = s.execute(
+                select(col(Job.id), col(Job.placement)).where(
+                    col(Job.status).in_(list(HOLDING)), col(Job.placement).isnot(None)
+                )
+            ).all()
+        for job_id, placed in rows:
+            try:
+                record = read_placement(placed)
+            except BadPlacement:
+                continue
+            held = {g for n in (record.nodes if record else ()) if n.host == name for g in n.gpus}
+            for gpu in sorted(held & set(new_faults)):
+                jobs.note(engine, job_id, f"GPU {gpu} of host {name} failed its health check: {new_faults[gpu]}")
 
 
 def start_host_watch(settings: Settings, gpus: list[str], stop: threading.Event) -> threading.Thread:

@@ -75,3 +75,40 @@ def test_health_file_readings(tmp_path: Path) -> None:
     assert FileSource(path).read(["0", "1", "2"]) == {"0": GpuReading(xids=(48,), ecc_uncorrected=1)}
     path.write_text("{not json")
     assert FileSource(path).read(["0"]) == {}
+
+
+def on_gpu(gpu: str) -> dict:
+    return {"nodes": [{"host": "h", "node_rank": 0, "gpus": [gpu], "slots": 0}], "nproc": 1, "accumulation_steps": 1}
+
+
+def test_the_host_watch_marks_the_gpu_and_notes_it_in_the_timeline_of_the_job_on_it(api_settings, tmp_path) -> None:
+    from sqlmodel import Session, select
+
+    from core.db import get_engine
+    from core.migrate import upgrade
+    from core.tables import Host, Job, JobStatus, JobTransition
+    from tests.support.rows import insert_job
+    from worker import drain
+    from worker.host_watch import HostWatch
+
+    health = tmp_path / "h.json"
+    health.write_text(json.dumps({"1": {"ecc_uncorrected": 3}}))
+    settings = api_settings(host_name="h", gpu_health_file=health)
+    upgrade(settings.resolved_database_url)
+    engine = get_engine(settings.resolved_database_url)
+    with Session(engine) as s:
+        s.add(Host(name="h", address="a", pool="rankzero", gpus=["0", "1"], cpu_slots=1, storage_id="x"))
+        s.commit()
+        on_it = insert_job(s, "on-gpu-1", JobStatus.running, placement=on_gpu("1")).id
+        elsewhere = insert_job(s, "on-gpu-0", JobStatus.running, placement=on_gpu("0")).id
+    watch = HostWatch(settings, ["0", "1"], FileSource(health))
+    watch.once()
+    watch.once()  # nothing new: no second note
+    with Session(engine) as s:
+        assert "3 uncorrected ECC" in (s.get_one(Host, "h").gpu_faults or {})["1"]
+        notes = lambda job: [t.detail for t in s.exec(select(JobTransition).where(JobTransition.job_id == job))]  # noqa: E731
+        assert [n for n in notes(on_it) if n and "GPU 1 of host h failed" in n] != []
+        assert len([n for n in notes(on_it) if n and "health check" in n]) == 1
+        assert not [n for n in notes(elsewhere) if n and "health check" in n]
+        assert s.get_one(Job, on_it).status == JobStatus.running  # a note, not a move
+    assert not drain.host_drained(settings)
