@@ -16,9 +16,10 @@ a version, a path, a clock time: a value must be a whole number token, followed 
     loss: 0.25                                            Guild's `KEY: NUMBER` at a line's start
                                                           (`step: N` sets the step)
 
-A point with no step of its own takes the counter's; before any counter, a name's own count of
-points (0, 1, 2, …). User patterns (spec `console_metrics`) run with RE2, whose matching time is linear
-in the line: named groups `value` and `key` (or a fixed `name`), optionally `step`.
+A point with no step of its own takes the counter's (past the name's last step, so none is lost);
+before any counter, a name's own count of points (0, 1, 2, …). User patterns (spec `console_metrics`)
+run with RE2, whose matching time is linear in the line: named groups `value` and `key` (or a fixed
+`name`), optionally `step`.
 """
 
 from __future__ import annotations
@@ -231,23 +232,25 @@ class ConsoleMetrics:
     step: int | None = None  # the step counter (drives progress); None until a line names a step
     total: int | None = None
     names: dict[str, int] = field(default_factory=dict)  # name → points so far (the step before any counter)
+    last_step: dict[str, int] = field(default_factory=dict)  # name → its newest point's step
     dropped_names: int = 0
-    _partial: str = ""
+    _partial: dict[str, str] = field(default_factory=dict)  # stream → its line still being written
 
-    def feed(self, text: str) -> list[Point]:
-        """Points in the complete lines of `text` (a line still being written waits for the next call)."""
-        data = self._partial + text
+    def feed(self, text: str, stream: str = "") -> list[Point]:
+        """Points in the complete lines of `text`, the next part of `stream` (stdout and stderr share the
+        step counter; each keeps its own partial last line, which waits for the next call)."""
+        data = self._partial.get(stream, "") + text
         cut = max(data.rfind("\n"), data.rfind("\r"))
-        complete, self._partial = data[: cut + 1], data[cut + 1 :][-MAX_LINE_CHARS:]
+        complete, self._partial[stream] = data[: cut + 1], data[cut + 1 :][-MAX_LINE_CHARS:]
         points: list[Point] = []
         for line in split_lines(complete):
             points.extend(self.line(line))
         return points
 
     def flush(self) -> list[Point]:
-        """The partial last line too (the ranks have exited: it will never end)."""
-        rest, self._partial = self._partial, ""
-        return [p for line in split_lines(rest) for p in self.line(line)]
+        """The partial last lines too (the ranks have exited: they will never end)."""
+        rest, self._partial = list(self._partial.values()), {}
+        return [p for text in rest for line in split_lines(text) for p in self.line(line)]
 
     def line(self, line: str) -> list[Point]:
         found = [f for f in (parse_user(line, self.patterns), parse_default(line) if self.defaults else None) if f]
@@ -271,5 +274,8 @@ class ConsoleMetrics:
             return None
         count = self.names.get(name, 0)
         self.names[name] = count + 1
-        step = at if at is not None else self.step if self.step is not None else count
-        return Point(step=step, name=name, value=value)
+        if at is None:  # no step on its line: the counter's, but after the name's last one (stdout and
+            # stderr are read one after the other, so a counter on the other stream may be ahead or behind)
+            at = max(self.step if self.step is not None else count, self.last_step.get(name, -1) + 1)
+        self.last_step[name] = max(at, self.last_step.get(name, -1))
+        return Point(step=at, name=name, value=value)

@@ -362,27 +362,28 @@ class Ingestor:
             new += self._ingest_batch(events[start : start + BATCH])
         return new
 
-    def ingest_metrics(self, events: list[TimedMetric]) -> int:
+    def ingest_metrics(self, events: list[TimedMetric], progress: dict[str, Any] | None = None) -> int:
         """Metric events from another source than events.jsonl (TensorBoard files: worker/tensorboard.py).
 
         Written as `metric` events are, skipping steps already held per name (so a restarted worker
         re-reading the files writes nothing twice), with seqs of their own space (from
         metric_rollup.EXTERNAL_SEQ_BASE up, never one of events.jsonl's), folded into the rollups in
         the same transaction; `ingested_seq` is not touched. Returns how many points were new.
+        `progress`: job row columns to write with them (the console's step counter: worker/console_feed.py).
         """
-        batch = _Batch(job_id=self.job_id, seen=self.seen, max_step=dict(self.max_step))
+        batch = _Batch(job_id=self.job_id, seen=self.seen, max_step=dict(self.max_step), progress=dict(progress or {}))
         seq = self._next_external_seq()
         for ev in events:
             before = len(batch.points)
             line: _MetricLine = {**ev, "seq": seq}
             _write_metric(batch, line)
             seq += len(batch.points) - before
-        if not batch.points:
+        if not batch.points and not batch.progress:
             return 0
-        first, last = batch.points[0][1], batch.points[-1][1]
         with self.engine.begin() as conn:
-            self._insert_points(conn, batch.points)
-            metric_rollup.fold(conn, self.job_id, first - 1, last)
+            if batch.points:
+                self._insert_points(conn, batch.points)
+                metric_rollup.fold(conn, self.job_id, batch.points[0][1] - 1, batch.points[-1][1])
             jobs.record_ingested(conn, self.job_id, self.ingested_seq, batch.progress)
         self.max_step = batch.max_step
         self.seen.points += len(batch.points)

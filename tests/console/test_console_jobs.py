@@ -1,0 +1,84 @@
+"""Real script jobs that only print (tests/console/projects/printer) under torchrun and a real Celery worker:
+each end with the right step and series, from their console alone; the SDK wins a name over the console."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.scripts.conftest import script_spec
+
+PRINTER = Path(__file__).parent / "projects" / "printer"
+
+
+def _series(client: Any, job_id: int) -> dict[str, list[tuple[int, float]]]:
+    body = client.http.get(f"/jobs/{job_id}/metrics").json()
+    return {
+        s["name"]: [(p["step"], p["value"]) for p in s["points"]]
+        for s in body["series"]
+        if not s["name"].startswith("sys/")
+    }
+
+
+def _run(client: Any, code: str, mode: str, **kw: Any) -> dict[str, Any]:
+    return client.submit(script_spec(f"console-{mode}", code, f"train.py {mode}", **kw))
+
+
+def test_printing_scripts_end_with_their_step_and_series(service, workers, upload) -> None:
+    settings, client = service()
+    workers.start(settings)
+    code = upload(client, PRINTER)
+    jobs = {
+        "nanogpt": _run(client, code, "nanogpt", nproc=2),
+        "tqdm_hf": _run(client, code, "tqdm_hf"),
+        "lightning": _run(client, code, "lightning"),
+        "keras_guild": _run(client, code, "keras_guild"),
+        "custom": _run(
+            client,
+            code,
+            "custom",
+            console_metrics={
+                "defaults": False,
+                "patterns": [{"regex": r"^\[(?P<step>\d+)\] (?P<key>\w+)=(?P<value>[0-9.]+)"}],
+            },
+        ),
+        "sdk": _run(client, code, "sdk"),
+    }
+    done = {mode: client.wait_terminal(job["id"], timeout=240) for mode, job in jobs.items()}
+    assert all(d["status"] == "succeeded" for d in done.values()), done
+    series = {mode: _series(client, job["id"]) for mode, job in jobs.items()}
+
+    nano = series["nanogpt"]
+    assert set(nano) == {"loss", "time", "mfu", "train loss", "val loss"}, set(nano)
+    assert [s for s, _ in nano["loss"]] == list(range(31)) and nano["loss"][-1] == (30, 2.5)
+    assert nano["time"][0] == (0, 40.12) and nano["mfu"][0] == (0, -100.0)
+    assert nano["val loss"] == [(0, 4.1), (10, 3.1), (20, 2.1), (30, 1.1)]
+    assert done["nanogpt"]["step"] == 30 and done["nanogpt"]["latest_loss"] == 2.5
+
+    hf = series["tqdm_hf"]
+    assert set(hf) == {"loss", "learning_rate", "epoch"}, set(hf)
+    # A dict line has no step: it takes the bar's counter, read from the other stream (stderr), so only its
+    # order is exact: three points each, steps increasing within the bar's 1..12.
+    assert [v for _, v in hf["loss"]] == [1.6, 1.2, 0.8] and [v for _, v in hf["epoch"]] == [0.33, 0.67, 1.0]
+    steps = [s for s, _ in hf["learning_rate"]]
+    assert steps == sorted(set(steps)) and steps[0] >= 0 and steps[-1] <= 14, steps
+    assert (done["tqdm_hf"]["step"], done["tqdm_hf"]["total_steps"]) == (12, 12)
+
+    lt = series["lightning"]
+    assert lt == {"loss": [(1, 1.0), (2, 0.5), (3, 0.333), (4, 0.25), (5, 2.0), (6, 1.5), (7, 1.333), (8, 1.25)]}, lt
+    assert done["lightning"]["step"] == 8 and done["lightning"]["latest_loss"] == 1.25
+
+    kg = series["keras_guild"]
+    assert kg == {
+        "loss": [(1, 1.0), (2, 0.5), (3, 0.3333)],
+        "accuracy": [(1, 0.6), (2, 0.7), (3, 0.8)],
+        "val_bleu": [(9, 27.5)],
+    }, kg
+    assert done["keras_guild"]["step"] == 9
+
+    assert series["custom"] == {"score": [(s, s * 1.5) for s in range(1, 6)]}
+    assert done["custom"]["step"] == 5
+
+    sdk = series["sdk"]
+    assert sdk["loss"] == [(s, float(s)) for s in range(1, 9)], sdk["loss"]
+    assert sdk["time"] == [(s, 3.0) for s in range(1, 9)]
