@@ -24,6 +24,7 @@ from core.tables import JobStatus
 from trainer.event_types import EventType
 from worker import drain, script_jobs
 from worker.attempt import Attempt, Seen
+from worker.console_feed import ConsoleFeed
 from worker.ingest import EventTail, Ingestor, TimedMetric
 from worker.resources import ResourceWatch
 from worker.tensorboard import TensorBoardTail
@@ -65,6 +66,7 @@ class Watcher:
         self.pending: list[dict[str, Any]] = []
         self.tensorboard = TensorBoardTail(a.run.tensorboard)
         self.pending_tb: list[TimedMetric] = []
+        self.console = ConsoleFeed(a.run, a.number, a.spec)  # a script's printed metrics and step counter
         self.output_bytes = 0
         self.launched_at = time.time()
         self.started = False
@@ -105,6 +107,7 @@ class Watcher:
             self.over_limit = sample.over_limit
         if self.a.spec.is_script:
             self._notice_output()
+            self.console.read()
 
     def _notice_output(self) -> None:
         """A script that writes no events is alive while its logs grow (its first output arms the watchdog)."""
@@ -161,12 +164,14 @@ class Watcher:
         )
 
     def write_pending(self) -> int:
-        """Write what was read (events, then TensorBoard scalars); return the new metric points."""
+        """Write what was read (events, then TensorBoard scalars, then the console's); return the new metric points."""
+        self.console.claim(self.pending, self.pending_tb)  # the SDK and TensorBoard win a name over the console
         new = self.ingestor.ingest(self.pending) if self.pending else 0
         self.pending = []
         if self.pending_tb:
             new += self.ingestor.ingest_metrics(self.pending_tb)
             self.pending_tb = []
+        new += self.console.write(self.ingestor, final=self.a.proc.poll() is not None)
         return new
 
     def _write_pending(self, now: float) -> None:
