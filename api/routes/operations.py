@@ -15,7 +15,7 @@ from sqlmodel import col
 from api.deps import JobId, SessionDep, SettingsDep, job_or_404
 from api.models import ErrorDetail, HostPublic
 from api.routes.hosts import list_hosts
-from core import hosts
+from core import hosts, jobs
 from core.db import get_engine
 from core.tables import NotificationDelivery, NotificationEvent
 
@@ -50,9 +50,15 @@ def redact(url: str) -> str:
 
 
 def _drain(settings: SettingsDep, name: str, drain: bool, note: str | None) -> HostPublic:
-    if not hosts.set_drain(get_engine(settings.resolved_database_url), name, drain, note):
+    engine = get_engine(settings.resolved_database_url)
+    if not hosts.set_drain(engine, name, drain, note):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no host {name!r}: list hosts with GET /api/hosts")
-    return next(h for h in list_hosts(settings) if h.name == name)
+    host = next(h for h in list_hosts(settings) if h.name == name)
+    if drain:  # the timeline says why the jobs there are about to step back (their requeue reads like a deploy's)
+        why = f" ({note})" if note else ""
+        for job in host.jobs:
+            jobs.note(engine, job.id, f"host {name} drained by an operator{why}: checkpointing to resume elsewhere")
+    return host
 
 
 @router.post("/hosts/{name}/drain", response_model=HostPublic, responses={404: {"model": ErrorDetail}})

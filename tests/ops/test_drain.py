@@ -60,6 +60,8 @@ def test_drain_moves_a_running_job_to_another_host_from_its_checkpoint(service, 
     moved = client.wait(job["id"], lambda j: j["attempt"] == 2 and j["status"] == "running", 120, "resumed")
     assert host_of(moved) == other
     done = client.wait_terminal(job["id"], 150)
+    timeline = [t["detail"] or "" for t in client.job(job["id"])["transitions"]]
+    assert any(f"host {first} drained by an operator (maintenance: new disk)" in d for d in timeline), timeline
     assert done["status"] == "succeeded" and done["restarts_used"] == 0 and done["host_losses"] == 0, done
     stopped = [e for e in events(run_dir(settings, job["id"])) if e["type"] == "stopped"]
     starts = [e["start_step"] for e in events(run_dir(settings, job["id"])) if e["type"] == "started"]
