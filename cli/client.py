@@ -185,9 +185,12 @@ def _detail(r: httpx.Response) -> str:
         return r.text[:500]
     detail = body.get("detail", body) if isinstance(body, dict) else body
     if isinstance(detail, list):
-        return "\n".join(
-            f"  {'.'.join(str(x) for x in d.get('loc', []) if x != 'body')}: {d.get('msg')}"
-            for d in detail
-            if isinstance(d, dict)
-        )
+        return "\n".join(_problem(d) for d in detail if isinstance(d, dict))
     return str(detail)
+
+
+def _problem(d: dict[str, Any]) -> str:
+    """One 422 item as `  field: sentence` (pydantic's "Value error, " dropped; no field: the sentence alone)."""
+    where = ".".join(str(x) for x in d.get("loc", []) if x != "body")
+    msg = str(d.get("msg", "")).removeprefix("Value error, ")
+    return f"  {where}: {msg}" if where else f"  {msg}"
