@@ -70,3 +70,19 @@ def test_refusals_read_as_sentences_naming_their_field() -> None:
     assert where == ("code",) and msg.startswith("entrypoint needs code")
     ((where, msg),) = _errors(max_steps=3, console_metrics={})
     assert where == ("console_metrics",) and msg.startswith("console_metrics applies only to an entrypoint script")
+
+
+def test_the_cli_shows_a_refusal_as_field_and_sentence() -> None:
+    import httpx
+
+    from cli.client import _detail
+
+    detail = [
+        {"loc": ["body", "resume_from"], "msg": "resume_from only applies to the built-in trainer."},
+        {"loc": ["body"], "msg": "Value error, set epochs or max_steps (or both) so the run knows when to stop"},
+    ]
+    r = httpx.Response(422, json={"detail": detail})
+    assert _detail(r).splitlines() == [
+        "  resume_from: resume_from only applies to the built-in trainer.",
+        "  set epochs or max_steps (or both) so the run knows when to stop",
+    ]
