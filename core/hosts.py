@@ -18,7 +18,7 @@ from pathlib import Path
 from sqlalchemy import select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from core.db import db_now, get_engine, now_sql
 from core.placement import HostView
@@ -151,6 +151,21 @@ def read_all(engine: Engine, stale_after_s: float) -> list[HostRow]:
 def alive_names(engine: Engine, names: list[str], stale_after_s: float) -> set[str]:
     """Which of `names` are hosts with a fresh heartbeat."""
     return {h.name for h in read_all(engine, stale_after_s) if h.alive and h.name in names}
+
+
+def give_up(engine: Engine, name: str, silent_s: float, stale_after_s: float) -> bool:
+    """Node 0 gave up host `name`, silent for `silent_s` (worker/node_zero.py): from now it reads as dead to
+    the scheduler and to every node until it heartbeats anew, so the job it lost is not placed back on it
+    (one death is one host loss, issue 20). Its heartbeat is moved back past the stale threshold, and only
+    if it has not beaten meanwhile (a host that came back is left alone). True: given up now."""
+    now = db_now(engine)
+    with engine.begin() as conn:
+        result = conn.execute(
+            update(Host)
+            .where(col(Host.name) == name, col(Host.heartbeat_at) < now - timedelta(seconds=silent_s))
+            .values(heartbeat_at=now - timedelta(seconds=stale_after_s + 1.0))
+        )
+        return result.rowcount == 1
 
 
 def set_drain(engine: Engine, name: str, drain: bool, note: str | None = None) -> bool:
