@@ -18,7 +18,7 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
-from core import jobs
+from core import hosts, jobs
 from core.placement_record import JobPlacement
 from core.settings import Settings
 from core.tables import Job, JobStatus
@@ -238,6 +238,7 @@ def _supervisor_failed(a: Attempt, exc: Exception) -> str:
         _check_fence(a)
         failure = errors.Failure(message=message[:2000], exit_code=code)
         peer_lost = _peer_lost_during(a)
+        _give_up(a, peer_lost)
         outcome = decide_restart_or_fail(_standing(a), failure, peer_lost, None)
         if names_checkpoint(outcome):
             outcome = decide_restart_or_fail(_standing(a), failure, peer_lost, _latest_checkpoint(a))
@@ -290,6 +291,7 @@ def _decide(a: Attempt, watch: Watcher, ended: Ended) -> Outcome:
         peer_lost=_peer_lost_during(a) if may_restart(ended, finished) else None,
         preempt_for=jobs.live_view(a.engine, a.job_id)[2] if ended.stopped_for is StopReason.preempt else None,
     )
+    _give_up(a, ended.note if ended.stopped_for is StopReason.host_lost else facts.peer_lost)
     outcome = decide(_standing(a), ended, facts)
     if names_checkpoint(outcome):  # hashing checkpoints costs time: only for an error that names one
         outcome = decide(_standing(a), ended, dataclasses.replace(facts, latest_checkpoint=_latest_checkpoint(a)))
@@ -304,6 +306,12 @@ def _latest_checkpoint(a: Attempt) -> str | None:
     """The newest intact checkpoint to resume from, relative to the run dir (named in a failed job's error)."""
     latest = run_record.newest_intact_checkpoint(a.engine, a.job_id, a.run)
     return str(latest.relative_to(a.run.root.resolve())) if latest is not None else None
+
+
+def _give_up(a: Attempt, host: str | None) -> None:
+    """A peer host node 0 gave up reads as dead until it heartbeats anew: the job is not placed back on it."""
+    if host and hosts.give_up(a.engine, host, peer_window_s(a.settings), a.settings.resolved_stale_after_s):
+        log.warning("job %s: gave up host %s; nothing is placed on it until it heartbeats again", a.job_id, host)
 
 
 def _peer_lost_during(a: Attempt) -> str | None:
