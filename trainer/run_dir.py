@@ -8,6 +8,7 @@ Torch-free, so the worker and the API can import it.
     <run>/checkpoints/step_XXXXXXXX.pt      checkpoints (written to a temp name, then renamed)
     <run>/logs/attempt_N/                   torchrun --log-dir of attempt N (per-rank stdout/stderr, error.json)
     <run>/tensorboard/                      RANKZERO_TENSORBOARD_DIR: a script's SummaryWriter files (ingested)
+    <run>/console_series.json               the series read from a script's console (the chart says so)
     <run>/work/                             a script job's working folder: the bundle's files (links) + what it writes
     <run>/compile_cache/                    `compile: true`: torch.compile's caches (inductor/, triton/)
 """
@@ -64,6 +65,11 @@ class RunDir:
     @property
     def tensorboard(self) -> Path:
         return self.root / "tensorboard"
+
+    @property
+    def console_series(self) -> Path:
+        """The series a script's console gave (`{"names": [...]}`; worker/console_feed.py writes it)."""
+        return self.root / "console_series.json"
 
     @property
     def work(self) -> Path:
