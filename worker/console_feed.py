@@ -36,13 +36,12 @@ HOLD_S = 1.0
 READ_BYTES = 1 << 20
 STREAMS = ("stdout", "stderr")
 LOSS_NAMES = ("train/loss", "train loss", "train_loss", "loss")
-SERIES_FILE = "console_series.json"
 
 
-def console_series(run_root: Path) -> list[str]:
+def console_series(run: RunDir) -> list[str]:
     """The names a job's console gave series (empty when none, or the file is unreadable)."""
     try:
-        names = json.loads((Path(run_root) / SERIES_FILE).read_text()).get("names", [])
+        names = json.loads(run.console_series.read_text()).get("names", [])
     except (OSError, ValueError, AttributeError):
         return []
     return [n for n in names if isinstance(n, str)]
@@ -85,7 +84,7 @@ class ConsoleFeed:
         self.claimed: set[str] = set()  # names the SDK or TensorBoard gave
         self.sdk_progress = False
         self.written_progress: dict[str, Any] = {}
-        self.series: set[str] = set(console_series(run.root))
+        self.series: set[str] = set(console_series(run))
 
     def read(self) -> None:
         """Parse what rank 0's logs grew by since the last call."""
@@ -148,7 +147,7 @@ class ConsoleFeed:
         if names <= self.series:
             return
         self.series |= names
-        target = self.run.root / SERIES_FILE
+        target = self.run.console_series
         tmp = target.with_suffix(".tmp")
         try:
             tmp.write_text(json.dumps({"names": sorted(self.series)}))

@@ -79,6 +79,8 @@ def test_printing_scripts_end_with_their_step_and_series(service, workers, uploa
     assert series["custom"] == {"score": [(s, s * 1.5) for s in range(1, 6)]}
     assert done["custom"]["step"] == 5
 
+    sources = {s["name"]: s["source"] for s in client.http.get(f"/jobs/{jobs['sdk']['id']}/metrics").json()["series"]}
+    assert sources["time"] == "console" and sources["loss"] is None  # the chart says where each came from
     sdk = series["sdk"]
     assert sdk["loss"] == [(s, float(s)) for s in range(1, 9)], sdk["loss"]
     assert sdk["time"] == [(s, 3.0) for s in range(1, 9)]
