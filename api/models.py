@@ -169,6 +169,9 @@ class MetricSeries(BaseModel):
     points: list[MetricPointPublic]
     total_points: int = Field(description="Points of this series in the requested step range, before downsampling.")
     downsampled: bool
+    source: str | None = Field(
+        None, description="'console' for a series read from a script's printed output; null otherwise."
+    )
 
 
 class MetricsResponse(BaseModel):

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query
 
-from api.deps import JobId, SessionDep, job_or_404
+from api.deps import JobId, SessionDep, SettingsDep, job_or_404
 from api.models import ErrorDetail, MetricPointPublic, MetricSeries, MetricsResponse
 from core import metric_rollup
+from core.paths import UnsafePath, run_dir_of
+from core.settings import Settings
+from core.tables import Job
+from trainer.run_dir import RunDir
 
 router = APIRouter(tags=["metrics"])
 MAX_STEP = 2**62
@@ -19,9 +24,10 @@ MIN_POINTS, MAX_POINTS, DEFAULT_POINTS = 10, 100_000, 2000
 
 
 @router.get("/jobs/{job_id}/metrics", response_model=MetricsResponse, responses={404: {"model": ErrorDetail}})
-def get_metrics(
+def get_metrics(  # noqa: PLR0913 (one parameter per query field)
     job_id: JobId,
     session: SessionDep,
+    settings: SettingsDep,
     name: Annotated[
         list[str] | None, Query(max_length=MAX_NAMES, description="Series names (repeatable); none: every series.")
     ] = None,
@@ -36,7 +42,7 @@ def get_metrics(
     start_step: Annotated[int | None, Query(ge=0, le=MAX_STEP)] = None,
     end_step: Annotated[int | None, Query(ge=0, le=MAX_STEP)] = None,
 ) -> MetricsResponse:
-    job_or_404(session, job_id)
+    job = job_or_404(session, job_id)
     if start_step is not None and end_step is not None and end_step < start_step:
         raise HTTPException(
             422, [{"loc": ["query", "end_step"], "msg": "end_step must be ≥ start_step", "type": "value_error"}]
@@ -54,6 +60,7 @@ def get_metrics(
         )
     metric_rollup.refresh(session, job_id)
     names = list(dict.fromkeys(name)) if name else metric_rollup.series_names(session, job_id)
+    from_console = _console_names(job, settings)
     series = []
     for n in names:
         s = metric_rollup.query(session, job_id, n, max_points, start_step, end_step)
@@ -63,6 +70,18 @@ def get_metrics(
                 points=[MetricPointPublic(step=st, value=v) for st, v in s.points],
                 total_points=s.total_points,
                 downsampled=s.downsampled,
+                source="console" if s.name in from_console else None,
             )
         )
     return MetricsResponse(job_id=job_id, series=series)
+
+
+def _console_names(job: Job, settings: Settings) -> set[str]:
+    """The series a script job's console gave (worker/console_feed.py notes them in its run dir)."""
+    if not job.spec or job.spec.get("entrypoint") is None:
+        return set()
+    try:
+        names = json.loads(RunDir(run_dir_of(job, settings)).console_series.read_text()).get("names", [])
+    except (OSError, ValueError, AttributeError, UnsafePath):
+        return set()
+    return {n for n in names if isinstance(n, str)}
