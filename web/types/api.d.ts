@@ -1028,6 +1028,11 @@ export interface components {
             /** Points */
             points: components["schemas"]["MetricPointPublic"][];
             /**
+             * Source
+             * @description 'console' for a series read from a script's printed output; null otherwise.
+             */
+            source?: string | null;
+            /**
              * Total Points
              * @description Points of this series in the requested step range, before downsampling.
              */
