@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import math
 import signal
+from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 STOP_SIGNALS = (signal.SIGTERM,)
+_Handler = Callable[[int, FrameType | None], Any] | int | None  # what signal.signal returns and takes
 
 
 class NonFiniteLoss(FloatingPointError):
@@ -33,7 +36,7 @@ class StopSignal:
 
     def __init__(self) -> None:
         self.requested = False
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, _Handler] = {}
 
     def install(self) -> None:
         for sig in STOP_SIGNALS:

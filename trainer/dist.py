@@ -70,8 +70,8 @@ def setup(spec: JobSpec) -> DistContext:
     backend = "nccl" if device.type == "cuda" else "gloo"
     owns = not dist.is_initialized()
     if owns:
-        kwargs = {"device_id": device} if device.type == "cuda" else {}
-        dist.init_process_group(backend=backend, timeout=timedelta(minutes=10), **kwargs)
+        device_id = device if device.type == "cuda" else None
+        dist.init_process_group(backend=backend, timeout=timedelta(minutes=10), device_id=device_id)
     return DistContext(rank, world_size, local_rank, device, dist.get_backend(), owns_group=owns)
 
 

@@ -17,7 +17,7 @@ def build_optimizer(model: nn.Module, spec: OptimizerSpec) -> torch.optim.Optimi
             params, lr=spec.lr, momentum=spec.momentum, nesterov=spec.nesterov, weight_decay=spec.weight_decay
         )
     cls = torch.optim.AdamW if spec.name == "adamw" else torch.optim.Adam
-    return cls(params, lr=spec.lr, betas=tuple(spec.betas), eps=spec.eps, weight_decay=spec.weight_decay)
+    return cls(params, lr=spec.lr, betas=(spec.betas[0], spec.betas[1]), eps=spec.eps, weight_decay=spec.weight_decay)
 
 
 def lr_factor(spec: SchedulerSpec, step: int, total_steps: int) -> float:

@@ -272,7 +272,7 @@ class CheckpointSpec(StrictModel):
         counts, pruning the step checkpoints the user asked for. Both given: both apply."""
         given = self.model_fields_set
         if self.every_steps is not None and "every_epochs" not in given:
-            self.__dict__["every_epochs"] = None  # a default, not a value the user set (fields_set unchanged)
+            vars(self)["every_epochs"] = None  # a default, not a value the user set (fields_set unchanged)
         return self
 
 
@@ -282,14 +282,15 @@ class JobSpec(StrictModel):
     name: str = Field(
         "job", pattern=NAME_PATTERN, description="Job name: letters, digits, '.', '_' or '-', at most 100 characters."
     )
-    model: ModelSpec = Field(default_factory=ModelSpec)
-    data: DataSpec = Field(default_factory=DataSpec)
+    # Sections default through model_validate({}): the type checker reads Field("x", ...) defaults as required.
+    model: ModelSpec = Field(default_factory=lambda: ModelSpec.model_validate({}))
+    data: DataSpec = Field(default_factory=lambda: DataSpec.model_validate({}))
     loss: LossSpec | None = Field(
-        default_factory=LossSpec,
+        default_factory=lambda: LossSpec.model_validate({}),
         description="Loss; null when a user model computes its own loss: its forward(*batch) returns the scalar loss.",
     )
-    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
-    scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
+    optimizer: OptimizerSpec = Field(default_factory=lambda: OptimizerSpec.model_validate({}))
+    scheduler: SchedulerSpec = Field(default_factory=lambda: SchedulerSpec.model_validate({}))
     batch_size: int = Field(32, ge=1, le=65_536, description="Samples per process per micro-batch.")
     accumulation_steps: int = Field(1, ge=1, le=1024, description="Micro-batches per optimizer step on each process.")
     nproc: int = Field(1, ge=1, le=64, description="Processes (ranks) per node; > 1 means DDP.")
@@ -345,7 +346,7 @@ class JobSpec(StrictModel):
     eval_every: int | None = Field(
         None, ge=1, le=10_000_000, description="Validate every N optimizer steps (None: at the end of each epoch)."
     )
-    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    checkpoint: CheckpointSpec = Field(default_factory=lambda: CheckpointSpec.model_validate({}))
     resume_from: str | None = Field(
         None,
         min_length=1,

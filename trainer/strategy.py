@@ -15,6 +15,7 @@ import importlib.util
 import os
 import shutil
 import sys
+from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -138,7 +139,8 @@ def compile_model(strategy: Strategy, run: RunDir, ctx: DistContext) -> bool:
     if _inductor_cache_is_default():
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(run.compile_cache / "inductor")
     os.environ.setdefault("TRITON_CACHE_DIR", str(run.compile_cache / "triton"))
-    strategy.model = torch.compile(strategy.model)
+    # A module in, an OptimizedModule (an nn.Module) out; torch's annotation says only Callable.
+    strategy.model = cast(nn.Module, torch.compile(strategy.model))
     return True
 
 

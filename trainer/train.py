@@ -27,7 +27,7 @@ from torch.utils.data import Dataset
 
 from trainer import checkpoint as ckpt_io
 from trainer.control import RunControl, StopSignal
-from trainer.data.datasets import build_concurrently, build_datasets
+from trainer.data.datasets import build_concurrently, build_datasets, sized
 from trainer.data.layout import BatchLayout
 from trainer.data.loaders import batch_length, to_device, train_loader, val_loader
 from trainer.dist import DistContext, barrier, setup, teardown
@@ -128,7 +128,7 @@ def build(
     train_set, val_set = _datasets(spec, ctx)
     startup.mark("data")
     layout = BatchLayout(
-        len(train_set), spec.batch_size, spec.accumulation_steps, ctx.world_size, spec.seed, spec.data.shuffle
+        sized(train_set), spec.batch_size, spec.accumulation_steps, ctx.world_size, spec.seed, spec.data.shuffle
     )
     total_steps = total_steps_for(spec, layout.steps_per_epoch)
 
@@ -171,7 +171,7 @@ def build(
         ),
         val_loader=(
             val_loader(val_set, ctx.rank, ctx.world_size, spec.batch_size, spec.data.num_workers, ctx.device)
-            if val_set is not None and len(val_set) > 0
+            if val_set is not None and sized(val_set) > 0
             else None
         ),
     )

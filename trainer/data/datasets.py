@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sized
+from typing import Any, TypeGuard, cast
 
 import torch
 from torch.utils.data import Dataset, Subset
@@ -46,7 +46,13 @@ def collate_prebatched(batch: Any) -> Any:
     return batch
 
 
-def is_prebatched(dataset: Dataset) -> bool:
+def sized(dataset: Dataset) -> int:
+    """len() of a map-style data set: every one the trainer builds or imports has __len__ (torch's
+    Dataset type does not declare it)."""
+    return len(cast(Sized, dataset))
+
+
+def is_prebatched(dataset: Dataset) -> TypeGuard[TensorPairDataset]:
     return isinstance(dataset, TensorPairDataset)
 
 
@@ -60,7 +66,7 @@ def _split_indices(n: int, val_fraction: float, seed: int) -> tuple[torch.Tensor
 def _split_dataset(ds: Dataset, val_fraction: float, seed: int) -> tuple[Dataset, Dataset | None]:
     if isinstance(ds, TensorPairDataset):
         return ds.split(val_fraction, seed)
-    train_idx, val_idx = _split_indices(len(ds), val_fraction, seed)
+    train_idx, val_idx = _split_indices(sized(ds), val_fraction, seed)
     return Subset(ds, train_idx.tolist()), (Subset(ds, val_idx.tolist()) if len(val_idx) else None)
 
 
@@ -85,8 +91,7 @@ def _digits_table() -> tuple[Any, Any]:
             return rows[:, :-1], rows[:, -1].astype(np.int64)
     from sklearn.datasets import load_digits
 
-    d = load_digits()
-    return d.data, d.target
+    return cast("tuple[Any, Any]", load_digits(return_X_y=True))  # the stub returns Bunch | tuple for both
 
 
 def _digits(args: dict[str, Any], seed: int) -> TensorPairDataset:

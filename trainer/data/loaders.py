@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from trainer.data.datasets import collate_prebatched, is_prebatched
+from trainer.data.datasets import TensorPairDataset, collate_prebatched, is_prebatched, sized
 from trainer.data.layout import BatchLayout, RankBatchSampler
 
 
@@ -34,7 +34,7 @@ class InMemoryLoader:
     """For a data set already in memory as tensors, with no worker processes: fetch each micro-batch
     with one indexing op. A DataLoader would add only per-batch bookkeeping here (tens of µs a step)."""
 
-    def __init__(self, dataset: Dataset, sampler: RankBatchSampler, pin: bool) -> None:
+    def __init__(self, dataset: TensorPairDataset, sampler: RankBatchSampler, pin: bool) -> None:
         self.dataset, self.sampler, self.pin = dataset, sampler, pin
 
     def __iter__(self) -> Iterator[Any]:
@@ -70,7 +70,7 @@ def val_loader(
     if is_prebatched(dataset):
         shard = dataset.__class__(dataset.inputs[rank::world_size], dataset.targets[rank::world_size])
     else:
-        shard = Subset(dataset, list(range(rank, len(dataset), world_size)))
+        shard = Subset(dataset, list(range(rank, sized(dataset), world_size)))
     return DataLoader(shard, batch_size=batch_size, shuffle=False, **_loader_options(shard, num_workers, device))
 
 
