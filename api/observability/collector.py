@@ -6,30 +6,20 @@ runs on; jobs are only the running ones (at most snapshot.MAX_JOB_SERIES).
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from api.observability.snapshot import Snapshot
+from api.observability.snapshot import QUEUE_WAIT_BUCKETS, Snapshot
 from core.tables import JobStatus
 
-# Seconds a job waits in the queue: from a moment to a day.
-QUEUE_WAIT_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 4 * 3600.0, 12 * 3600.0, 86400.0)
 DELIVERY_STATES = ("pending", "delivered", "failed")
 
 
-def cumulative_buckets(values: Iterable[float], bounds: tuple[float, ...]) -> list[tuple[str, float]]:
-    """Prometheus histogram buckets (`le` → how many values are ≤ it), +Inf last."""
-    counts = [0] * (len(bounds) + 1)
-    for v in values:
-        counts[bisect_left(bounds, v)] += 1
-    out, running = [], 0
-    for bound, n in zip((*[repr(b) for b in bounds], "+Inf"), counts, strict=True):
-        running += n
-        out.append((bound, float(running)))
-    return out
+def cumulative_buckets(le_counts: tuple[int, ...], total: int, bounds: tuple[float, ...]) -> list[tuple[str, float]]:
+    """Prometheus histogram buckets (`le` → how many values are ≤ it) from per-bound counts, +Inf last."""
+    return [*((repr(b), float(n)) for b, n in zip(bounds, le_counts, strict=True)), ("+Inf", float(total))]
 
 
 def _jobs(snap: Snapshot) -> Iterator[Metric]:
@@ -51,7 +41,8 @@ def _jobs(snap: Snapshot) -> Iterator[Metric]:
     wait = HistogramMetricFamily(
         "rankzero_queue_wait_seconds", "Seconds from submit to first start, over every job that started."
     )
-    wait.add_metric([], cumulative_buckets(snap.queue_waits_s, QUEUE_WAIT_BUCKETS), sum(snap.queue_waits_s))
+    buckets = cumulative_buckets(snap.queue_wait_le, snap.queue_wait_count, QUEUE_WAIT_BUCKETS)
+    wait.add_metric([], buckets, snap.queue_wait_sum_s)
     yield wait
 
 

@@ -65,7 +65,8 @@ def test_metrics_match_the_rest_api(client: TestClient, db: Session, make_job) -
     make_job("other-pool", S.queued, queue="pool-b")
     run = make_job("training", S.running, placement=placed("gpu-a", ["0", "1"]), step=40, total_steps=100,
                    latest_loss=0.25, samples_per_s=1234.5, started_at=utcnow(), queue="rankzero")  # fmt: skip
-    make_job("done", S.succeeded, queue="rankzero")
+    now = utcnow()
+    make_job("done", S.succeeded, queue="rankzero", created_at=now - timedelta(seconds=100), started_at=now)
     make_job("broke", S.failed, queue="rankzero")
 
     assert client.get("/metrics", headers={"Authorization": ""}).status_code == 401
@@ -82,6 +83,16 @@ def test_metrics_match_the_rest_api(client: TestClient, db: Session, make_job) -
         assert counted == total, status
     assert value(m, "rankzero_queue_depth", pool="rankzero") == 3
     assert value(m, "rankzero_queue_depth", pool="pool-b") == 1
+
+    # Two jobs started: one at once (≤ 1 s), one after 100 s (≤ 300 s, > 60 s).
+    assert value(m, "rankzero_queue_wait_seconds_count") == 2
+    assert [value(m, "rankzero_queue_wait_seconds_bucket", le=le) for le in ("1.0", "60.0", "300.0", "+Inf")] == [
+        1,
+        1,
+        2,
+        2,
+    ]
+    assert value(m, "rankzero_queue_wait_seconds_sum") == pytest.approx(100, abs=1)
 
     for host in client.get("/api/hosts").json():
         name = host["name"]
@@ -118,15 +129,15 @@ def test_scrape_listener_needs_no_token_and_the_api_port_still_does(live_api, ap
 
 
 @pytest.mark.parametrize(
-    ("values", "bounds", "expected"),
+    ("le_counts", "total", "bounds", "expected"),
     [
-        ([], (1.0, 5.0), [("1.0", 0), ("5.0", 0), ("+Inf", 0)]),
-        ([0.5, 1.0, 3, 9], (1.0, 5.0), [("1.0", 2), ("5.0", 3), ("+Inf", 4)]),
-        ([100.0], (1.0,), [("1.0", 0), ("+Inf", 1)]),
+        ((0, 0), 0, (1.0, 5.0), [("1.0", 0), ("5.0", 0), ("+Inf", 0)]),
+        ((2, 3), 4, (1.0, 5.0), [("1.0", 2), ("5.0", 3), ("+Inf", 4)]),
+        ((0,), 1, (1.0,), [("1.0", 0), ("+Inf", 1)]),
     ],
 )
-def test_cumulative_buckets(values: list[float], bounds: tuple[float, ...], expected: list) -> None:
-    assert cumulative_buckets(values, bounds) == [(le, float(n)) for le, n in expected]
+def test_cumulative_buckets(le_counts: tuple[int, ...], total: int, bounds: tuple[float, ...], expected: list) -> None:
+    assert cumulative_buckets(le_counts, total, bounds) == [(le, float(n)) for le, n in expected]
 
 
 class _Route:
@@ -156,7 +167,8 @@ def test_status_class(code: int, label: str) -> None:
 
 def test_running_job_series_are_bounded_to_running_jobs() -> None:
     snap = Snapshot(
-        jobs={("running", "p"): 1, ("succeeded", "p"): 5}, queued_ages_s={}, queue_waits_s=[2.0, 20.0],
+        jobs={("running", "p"): 1, ("succeeded", "p"): 5}, queued_ages_s={},
+        queue_wait_le=(0, 1, 1, 2, *[2] * 8), queue_wait_count=2, queue_wait_sum_s=22.0,
         hosts=[], running=[RunningJob(7, "a", "p", 5, None, None, None)], points_ingested=9,
         deliveries={}, scheduler_lease_age_s=None,
     )  # fmt: skip
