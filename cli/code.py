@@ -16,6 +16,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 from rich.console import Console
@@ -112,8 +113,10 @@ def _cache_write(key: str, packed: bundles.Packed) -> None:
         tmp.replace(path)
 
 
-def _summary(folder: Path, info: dict | bundles.Packed) -> str:
-    get = info.get if isinstance(info, dict) else lambda k: getattr(info, k)
+def _summary(folder: Path, info: dict[str, Any] | bundles.Packed) -> str:
+    def get(key: str) -> Any:
+        return info.get(key) if isinstance(info, dict) else getattr(info, key)
+
     return (
         f"code: {folder} → {get('files'):,} files, {_mb(get('unpacked_bytes'))} "
         f"({_mb(get('bytes'))} compressed), sha256:{get('sha256')[:12]}…  largest: {get('largest')}"

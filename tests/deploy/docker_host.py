@@ -15,6 +15,7 @@ machine that has neither a running daemon nor a reachable registry (CI).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -27,6 +28,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 STANDINS = HERE / "standins"
 MINBASE = "rankzero-standin/bookworm-minbase:1"
+LABEL = "rankzero.standin"  # the hash of the stand-in's folder it was built from
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 # tag → the stand-in's folder under tests/deploy/standins/
 BASES = {
@@ -115,15 +117,30 @@ def _build_minbase() -> None:
             raise RuntimeError("tar of the bookworm rootfs failed")
 
 
+def _folder_hash(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _label(tag: str) -> str:
+    done = subprocess.run(["docker", "image", "inspect", "--format", '{{index .Config.Labels "' + LABEL + '"}}', tag],
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
 def ensure_bases(rebuild: bool = False) -> list[str]:
-    """Build the stand-ins that are missing; the tags built."""
+    """Build the stand-ins that are missing or whose folder changed since (a label holds its hash); the tags built."""
     built = []
     for tag, folder in BASES.items():
-        if image_exists(tag) and not rebuild:
+        version = _folder_hash(STANDINS / folder)
+        if _label(tag) == version and not rebuild:
             continue
         if not image_exists(MINBASE):
             _build_minbase()
-        run(["docker", "build", "--network", "host", "-t", tag, str(STANDINS / folder)], capture_output=True)
+        run(["docker", "build", "--network", "host", "--label", f"{LABEL}={version}", "-t", tag,
+             str(STANDINS / folder)], capture_output=True)  # fmt: skip
         built.append(tag)
     return built
 
