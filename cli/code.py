@@ -4,7 +4,8 @@ Packing is core/bundles.py's (ignore files honoured, .git never, deterministic: 
 the same sha256). The server is asked first (HEAD /api/code/<sha256>): a second submit of the same
 tree uploads nothing. A tree whose files are unchanged since the last submit from this machine (same
 paths, sizes, mtimes, ctimes, inodes: git's index heuristic) is not even packed again: its sha256 is
-remembered in `$XDG_CACHE_HOME/rankzero/bundles.json` (default ~/.cache).
+remembered in `$XDG_CACHE_HOME/rankzero/bundles.json` (default ~/.cache). Every submit says what the
+ignore files left out (and warns when the entrypoint names it).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColu
 
 from cli.client import Api, CliError, _detail
 from core import bundles
+from core.bundles import excluded as left_out
 
 UPLOAD_CHUNK = 256 * 1024
 UPLOAD_TIMEOUT_S = 600.0
@@ -123,7 +125,18 @@ def _summary(folder: Path, info: dict[str, Any] | bundles.Packed) -> str:
     )
 
 
-def upload_code(api: Api, folder: Path, console: Console) -> str:
+def _say_what_is_left_out(folder: Path, entrypoint: str | None, console: Console) -> None:
+    """The files the ignore files leave out (largest first, with the line that excluded each), and a warning
+    for each entrypoint argument that names one (core/bundles/excluded.py)."""
+    try:
+        items = left_out.excluded(folder)
+    except OSError:
+        return
+    for line in left_out.report(items) + left_out.warnings(entrypoint, items):
+        console.print(line, markup=False, highlight=False)
+
+
+def upload_code(api: Api, folder: Path, console: Console, entrypoint: str | None = None) -> str:
     """Pack `folder`, upload it if the server lacks it; the spec's `code` value ("sha256:<hex>")."""
     if not folder.is_dir():
         raise CliError(f"--code {folder}: not a folder")
@@ -132,6 +145,7 @@ def upload_code(api: Api, folder: Path, console: Console) -> str:
         key = _tree_key(folder, files)
     except (bundles.BundleError, OSError) as exc:
         raise CliError(f"cannot pack {folder}: {exc}") from None
+    _say_what_is_left_out(folder, entrypoint, console)
     known = _cache_read().get(key)
     if isinstance(known, dict) and isinstance(known.get("sha256"), str) and _stored(api, known["sha256"]):
         console.print(_summary(folder, known))

@@ -3,6 +3,7 @@ each end with the right step and series, from their console alone; the SDK wins 
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +25,10 @@ def _run(client: Any, code: str, mode: str, **kw: Any) -> dict[str, Any]:
     return client.submit(script_spec(f"console-{mode}", code, f"train.py {mode}", **kw))
 
 
-def test_printing_scripts_end_with_their_step_and_series(service, workers, upload) -> None:
+def test_printing_scripts_end_with_their_step_and_series(service, workers, upload, tmp_path) -> None:
     settings, client = service()
     workers.start(settings)
-    code = upload(client, PRINTER)
+    code = upload(client, shutil.copytree(PRINTER, tmp_path / "printer"))
     jobs = {
         "nanogpt": _run(client, code, "nanogpt", nproc=2),
         "tqdm_hf": _run(client, code, "tqdm_hf"),
@@ -84,3 +85,20 @@ def test_printing_scripts_end_with_their_step_and_series(service, workers, uploa
     sdk = series["sdk"]
     assert sdk["loss"] == [(s, float(s)) for s in range(1, 9)], sdk["loss"]
     assert sdk["time"] == [(s, 3.0) for s in range(1, 9)]
+
+
+def test_a_gitignored_data_file_put_back_by_rankzeroignore_is_read_by_the_job(
+    service, workers, upload, tmp_path
+) -> None:
+    from core.bundles.excluded import excluded
+
+    project = shutil.copytree(Path(__file__).parent / "projects" / "data_reader", tmp_path / "data_reader")
+    (project / "data").mkdir()
+    (project / "data" / "train.bin").write_bytes(b"\x01" * 4096)
+    assert excluded(project) == []  # `!*.bin` in .rankzeroignore wins over .gitignore's `*.bin`
+    settings, client = service()
+    workers.start(settings)
+    code = upload(client, project)
+    job = client.submit(script_spec("data-reader", code, "train.py data/train.bin"))
+    done = client.wait_terminal(job["id"], timeout=180)
+    assert done["status"] == "succeeded", done
