@@ -56,7 +56,7 @@ def submit(
     if code is not None:
         from cli.code import upload_code
 
-        body["code"] = call(lambda: upload_code(client, code, console))
+        body["code"] = call(lambda: upload_code(client, code, console, body.get("entrypoint")))
     job = call(lambda: client.post("/jobs", json=body))
     _print_queued(job)
     if follow:
