@@ -24,6 +24,7 @@ import asyncio
 import json
 import re
 
+import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth import has_credentials
@@ -196,7 +197,7 @@ class RequestLimitsMiddleware:
 
     async def _timed_read(self, receive: Receive, limit: int) -> bytes:
         try:
-            async with asyncio.timeout(self.settings.body_timeout_s):
+            with anyio.fail_after(self.settings.body_timeout_s):  # asyncio.timeout is 3.11+; this is 3.10 too
                 return await _read_body(receive, limit, self._too_big(limit))
         except TimeoutError:
             raise _Refused(408, f"request body not received within {self.settings.body_timeout_s:g} s") from None

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from sqlalchemy import func, select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from core import bundles, capacity, code_policy
 from core.db import get_engine
@@ -117,7 +117,7 @@ def check_resume_fits(spec: JobSpec, settings: Settings) -> None:
     run_dir = path.parent.parent
     with Session(get_engine(settings.resolved_database_url)) as session:
         rel = str(path.relative_to(run_dir))
-        for ckpt, job in session.execute(select(Checkpoint, Job).join(Job).where(Checkpoint.path == rel)).all():
+        for ckpt, job in session.execute(select(Checkpoint, Job).join(Job).where(col(Checkpoint.path) == rel)).all():
             try:
                 if run_dir_of(job, settings) != run_dir:
                     continue

@@ -607,8 +607,8 @@ class _Pass:
             sizes = tuple(shape.sizes)
             if sizes not in cls.blocked:
                 cls.blocked[sizes] = _blocked_reason(shape, reserved)
-            if cls.blocked[sizes] is not None:
-                return cls.blocked[sizes]
+            if (blocked := cls.blocked[sizes]) is not None:
+                return blocked
         if shape.spec.nnodes > 1:
             return _gang_reason(shape) + _draining_note(shape)
         if cls.free_list[0] != version:

@@ -40,7 +40,7 @@ def _ts(**kw: Any) -> Any:
 
 
 class Job(SQLModel, table=True):
-    __tablename__ = "jobs"
+    __tablename__ = "jobs"  # pyright: ignore[reportAssignmentType]  (sqlmodel declares it declared_attr; a str is what it takes)
     __table_args__ = (UniqueConstraint("idempotency_key", name="uq_jobs_idempotency_key"),)
 
     id: int | None = Field(default=None, primary_key=True)
@@ -93,7 +93,7 @@ class Job(SQLModel, table=True):
 class JobTransition(SQLModel, table=True):
     """One row per status change, with its time: the job's timeline."""
 
-    __tablename__ = "job_transitions"
+    __tablename__ = "job_transitions"  # pyright: ignore[reportAssignmentType]  (sqlmodel declares it declared_attr; a str is what it takes)
 
     id: int | None = Field(default=None, primary_key=True)
     job_id: int = Field(foreign_key="jobs.id", index=True, ondelete="CASCADE")
@@ -106,7 +106,7 @@ class JobTransition(SQLModel, table=True):
 class MetricPoint(SQLModel, table=True):
     """One `metric` event. Unique on (job, seq) so re-reading events.jsonl never duplicates."""
 
-    __tablename__ = "metric_points"
+    __tablename__ = "metric_points"  # pyright: ignore[reportAssignmentType]  (sqlmodel declares it declared_attr; a str is what it takes)
     __table_args__ = (
         UniqueConstraint("job_id", "seq", name="uq_metric_points_job_seq"),
         Index("ix_metric_points_job_name_step", "job_id", "name", "step"),
@@ -126,7 +126,7 @@ class MetricPoint(SQLModel, table=True):
 
 
 class Checkpoint(SQLModel, table=True):
-    __tablename__ = "checkpoints"
+    __tablename__ = "checkpoints"  # pyright: ignore[reportAssignmentType]  (sqlmodel declares it declared_attr; a str is what it takes)
     __table_args__ = (UniqueConstraint("job_id", "path", name="uq_checkpoints_job_path"),)
 
     id: int | None = Field(default=None, primary_key=True)
@@ -148,7 +148,7 @@ class MetricRollup(SQLModel, table=True):
     Bucket k of width w covers steps [k*w, (k+1)*w).
     """
 
-    __tablename__ = "metric_rollups"
+    __tablename__ = "metric_rollups"  # pyright: ignore[reportAssignmentType]  (sqlmodel declares it declared_attr; a str is what it takes)
 
     job_id: int = Field(foreign_key="jobs.id", primary_key=True, ondelete="CASCADE")
     name: str = Field(max_length=200, primary_key=True)
@@ -164,7 +164,7 @@ class MetricRollup(SQLModel, table=True):
 class MetricRollupMark(SQLModel, table=True):
     """The highest metric-point seq of a job already folded into metric_rollups."""
 
-    __tablename__ = "metric_rollup_marks"
+    __tablename__ = "metric_rollup_marks"  # pyright: ignore[reportAssignmentType]  (sqlmodel declares it declared_attr; a str is what it takes)
 
     job_id: int = Field(foreign_key="jobs.id", primary_key=True, ondelete="CASCADE")
     seq: int = Field(default=-1, sa_column=Column(BigInteger, nullable=False))
@@ -176,7 +176,7 @@ class Host(SQLModel, table=True):
     Several workers on one machine share its row (same name); the scheduler places nodes of jobs
     on hosts whose heartbeat is fresh and sends them on the host's own Celery queue."""
 
-    __tablename__ = "hosts"
+    __tablename__ = "hosts"  # pyright: ignore[reportAssignmentType]  (sqlmodel declares it declared_attr; a str is what it takes)
 
     name: str = Field(primary_key=True, max_length=100)
     address: str = Field(max_length=255)  # reachable by the other hosts (node 0's rendezvous endpoint)
@@ -200,7 +200,7 @@ class SchedulerLease(SQLModel, table=True):
     A lease, not a held lock: a leader that is frozen (SIGSTOP, a stuck disk) or partitioned keeps a
     lock forever, but stops renewing, so another worker takes over once `renewed_at` is stale."""
 
-    __tablename__ = "scheduler_lease"
+    __tablename__ = "scheduler_lease"  # pyright: ignore[reportAssignmentType]  (sqlmodel declares it declared_attr; a str is what it takes)
 
     id: int = Field(default=1, primary_key=True)
     holder: str = Field(max_length=200)  # "pid=<pid> host=<host> <random>": one candidate thread

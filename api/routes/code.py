@@ -10,11 +10,11 @@ archive is refused at upload, never at run time.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from pathlib import Path as FsPath
 from typing import Annotated
 
+import anyio
 from fastapi import APIRouter, HTTPException, Path, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
@@ -51,7 +51,7 @@ async def _receive(request: Request, tmp: FsPath, settings: Settings) -> str:
     limit = settings.max_bundle_bytes
     digest, size = hashlib.sha256(), 0
     try:
-        async with asyncio.timeout(settings.body_timeout_s + limit / MIN_UPLOAD_BYTES_PER_S):
+        with anyio.fail_after(settings.body_timeout_s + limit / MIN_UPLOAD_BYTES_PER_S):  # 3.10 too
             with open(tmp, "wb") as out:
                 async for chunk in request.stream():
                     size += len(chunk)

@@ -17,7 +17,7 @@ from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Header, Query, Request
 from sqlalchemy import text
-from sqlmodel import Session
+from sqlmodel import Session, col
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
@@ -113,8 +113,8 @@ class _Cursor:
                     events.append(ServerSentEvent(json.dumps(points), event="metrics", id=cursor_id))
             for ck in (
                 session.query(Checkpoint)
-                .filter(Checkpoint.job_id == job_id, Checkpoint.id > self.checkpoint_id)
-                .order_by(Checkpoint.id)
+                .filter(col(Checkpoint.job_id) == job_id, col(Checkpoint.id) > self.checkpoint_id)
+                .order_by(col(Checkpoint.id))
             ):
                 self.checkpoint_id = ck.id
                 events.append(ServerSentEvent(CheckpointPublic.from_row(ck).model_dump_json(), event="checkpoint"))
@@ -171,7 +171,7 @@ async def stream_job(
     if checkpoint_after:
         checkpoint_after = session.execute(
             text("SELECT coalesce(max(id), 0) FROM checkpoints WHERE job_id = :j"), {"j": job_id}
-        ).scalar()
+        ).scalar_one()
     session.close()
     cursor = _Cursor(after_seq, after_external, checkpoint_after)
     url = settings.resolved_database_url
