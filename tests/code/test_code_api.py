@@ -112,10 +112,8 @@ def test_upload_refused_without_auth_before_the_body_is_read(settings: Settings,
             b"POST /api/code HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/gzip\r\n"
             b"Content-Length: 50000000\r\n\r\n" + b"\x1f\x8b" + b"\0" * 1000
         )
-        started = time.monotonic()
-        answer = sock.recv(4096).decode("latin-1")
+        answer = sock.recv(4096).decode("latin-1")  # 49.99 MB of the body are never sent: an answer means unread
     assert answer.startswith("HTTP/1.1 401"), answer
-    assert time.monotonic() - started < 5
     assert not any(p.name.startswith(".incoming-") for p in bundles.store_dir(settings).glob("*"))
 
 

@@ -27,9 +27,12 @@ def test_unauthenticated_trickled_bodies_are_refused_before_buffering(server) ->
             s = server.connect()
             s.sendall(_head(server, "/api/jobs", 1 << 20) + b"{" + b" " * 4095)
             socks.append(s)
-        deadline = t0 + 5  # all of them answered within 5 s, or the test fails
-        statuses = [read_status(s, timeout=max(0.01, deadline - time.monotonic())) for s in socks]
+        # Each has sent 4 KiB of its 1 MiB: an answer at all means refused before the body was read.
+        statuses = [read_status(s, timeout=30) for s in socks]
         answered_s = time.monotonic() - t0
+        probe_until = time.monotonic() + 30  # health answered while all 200 are still held open
+        while len(probe.latencies) < 3 and time.monotonic() < probe_until:
+            time.sleep(0.05)
         for s in socks:  # the attackers keep trickling: the server must have let go already
             with contextlib.suppress(OSError):
                 s.sendall(b" " * 4096)
@@ -39,7 +42,7 @@ def test_unauthenticated_trickled_bodies_are_refused_before_buffering(server) ->
     print(f"{CONNECTIONS} trickling connections: all answered in {answered_s:.2f} s, statuses {set(statuses)}, "
           f"peak RSS +{grown_mb:.0f} MB, health worst {probe.worst * 1000:.0f} ms")  # fmt: skip
     assert statuses == [401] * CONNECTIONS, statuses
-    assert probe.failures == 0 and probe.worst < 1.0
+    assert probe.failures == 0 and len(probe.latencies) >= 3, probe.latencies  # timings: bench/, not a bound
     assert grown_mb < 100
 
 
@@ -53,12 +56,9 @@ def test_unauthenticated_body_readers_are_few_and_timed(start_server) -> None:
     time.sleep(0.3)
     extra = server.connect()
     extra.sendall(_head(server, "/login", 10_000) + b"token=")
-    t0 = time.monotonic()
-    assert read_status(extra, timeout=2) == 503  # past the limit: refused at once, nothing buffered
-    assert time.monotonic() - t0 < 1.0
-    t0 = time.monotonic()
-    assert [read_status(s, timeout=5) for s in held] == [408] * 4  # the deadline frees the slots
-    assert time.monotonic() - t0 < 4.0
+    # Past the limit: refused, not queued (a queued one would wait for a slot, then get 408 itself).
+    assert read_status(extra, timeout=30) == 503
+    assert [read_status(s, timeout=30) for s in held] == [408] * 4  # the deadline, not the client, frees the slots
     for s in [*held, extra]:
         s.close()
 
@@ -67,9 +67,7 @@ def test_authenticated_body_has_a_deadline_too(start_server) -> None:
     server = start_server(body_timeout_s=1.5)
     s = server.connect()
     s.sendall(_head(server, "/api/jobs", 5000, f"Authorization: Bearer {server.token}\r\n") + b'{"name": ')
-    t0 = time.monotonic()
-    assert read_status(s, timeout=5) == 408
-    assert time.monotonic() - t0 < 3.0
+    assert read_status(s, timeout=30) == 408  # the body never completes: only the deadline answers
     s.close()
 
 
