@@ -98,6 +98,8 @@ class ConsoleFeed:
 
     def claim(self, events: Iterable[dict[str, Any]], scalars: Iterable[TimedMetric]) -> None:
         """Note the names (and progress) other sources give, before their batch is written."""
+        if not self.enabled:
+            return  # the built-in trainer's bursts of events pay nothing here
         for ev in events:
             kind = ev.get("type")
             if kind == EventType.metric and isinstance(ev.get("name"), str):
