@@ -19,13 +19,19 @@ def _escaped_quotes(size: int) -> bytes:
     return b'"' + b'\\"' * ((size - 1) // 2)
 
 
+# The server runs in this process (live_api): the process's CPU time over a request is what the server
+# spent on it (plus the client's and the health probe's few ms), a measure load does not stretch, unlike
+# wall-clock time. The scan this guards against cost ~15 s of CPU for 64 KB.
+ATTACK_CPU_S = 2.0
+
+
 def _attack(url: str, body: bytes, headers: dict[str, str], out: dict[str, object]) -> None:
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), time.process_time()
     try:
-        out["status"] = httpx.post(url, content=body, headers=headers, timeout=30).status_code
+        out["status"] = httpx.post(url, content=body, headers=headers, timeout=120).status_code
     except httpx.HTTPError as exc:
         out["status"] = repr(exc)
-    out["seconds"] = time.monotonic() - t0
+    out["seconds"], out["cpu_s"] = time.monotonic() - t0, time.process_time() - cpu0
 
 
 def _attack_while_probing(base: str, path: str, body: bytes, headers: dict[str, str] | None = None):
@@ -34,9 +40,17 @@ def _attack_while_probing(base: str, path: str, body: bytes, headers: dict[str, 
         time.sleep(0.2)
         attacker = threading.Thread(target=_attack, args=(base + path, body, headers or {}, out))
         attacker.start()
-        attacker.join(timeout=30)
-        time.sleep(0.3)
+        attacker.join(timeout=120)
+        _health_answered(probe)
     return out, probe
+
+
+def _health_answered(probe: HealthProbe) -> None:
+    """Wait (bounded) for the probe to have answers: a stalled server has none to give."""
+    until = time.monotonic() + 30
+    seen = len(probe.latencies)
+    while len(probe.latencies) < seen + 2 and time.monotonic() < until:
+        time.sleep(0.05)
 
 
 def test_adversarial_bodies_without_content_type_do_not_stall_the_server(server) -> None:
@@ -45,17 +59,17 @@ def test_adversarial_bodies_without_content_type_do_not_stall_the_server(server)
         for path in ("/api/jobs", "/login", "/no/such/route"):
             out, probe = _attack_while_probing(server.base, path, body)
             print(f"{path} {len(body)} B: {out}, health worst {probe.worst * 1000:.0f} ms")
-            assert out.get("seconds", 99) < 2.0, (path, size, out)
+            assert out.get("cpu_s", 99) < ATTACK_CPU_S, (path, size, out)
             assert out["status"] in (401, 413), (path, size, out)
-            assert probe.failures == 0 and probe.worst < 1.0, (path, size, probe.latencies)
+            assert probe.failures == 0 and probe.latencies, (path, size, probe.latencies)
 
 
 def test_authenticated_adversarial_bodies_are_scanned_in_linear_time(server) -> None:
     body = _escaped_quotes(server.settings.max_body_bytes - 1)
     out, probe = _attack_while_probing(server.base, "/api/jobs", body, server.auth)
     print(f"authenticated {len(body)} B: {out}, health worst {probe.worst * 1000:.0f} ms")
-    assert out.get("seconds", 99) < 2.0 and out["status"] in (400, 422), out
-    assert probe.failures == 0 and probe.worst < 1.0, probe.latencies
+    assert out.get("cpu_s", 99) < ATTACK_CPU_S and out["status"] in (400, 422), out
+    assert probe.failures == 0 and probe.latencies, probe.latencies
 
 
 def _comb(size: int) -> bytes:
@@ -76,16 +90,17 @@ WORST_CASES = {
 
 
 def _seconds(body: bytes) -> float:
-    t0 = time.perf_counter()
+    """CPU seconds of one scan (pure code: the machine's load does not stretch it)."""
+    t0 = time.process_time()
     json_depth(body, cap=33)
-    return time.perf_counter() - t0
+    return time.process_time() - t0
 
 
 def test_depth_check_is_linear_on_worst_cases() -> None:
     for name, make in WORST_CASES.items():
         small, big = _seconds(make(64 * 1024)), _seconds(make(1 << 20))
         print(f"{name}: 64 KiB {small * 1000:.1f} ms, 1 MiB {big * 1000:.1f} ms")
-        assert big < 1.0 and big < 40 * small + 0.05, (name, small, big)  # 16x the bytes; quadratic would be 256x
+        assert big < 2.0 and big < 40 * small + 0.05, (name, small, big)  # 16x the bytes; quadratic would be 256x
     assert json_depth(b"[" * 40 + b"]" * 40, cap=33) == 33
     assert json_depth(_comb(10_000), cap=100) == 33 + 31
     assert json_depth(b'{"a": "[[[", "b": [1, {"c": "]]]\\"[["}]}') == 3
@@ -109,19 +124,24 @@ def test_yaml_parsing_runs_off_the_event_loop(server) -> None:
     with closing(sign_in(server)) as client:
         csrf = client.cookies["rankzero_csrf"]
         with HealthProbe(server.base) as probe:
-            time.sleep(0.2)
-            t0 = time.monotonic()
+            _health_answered(probe)
+            before, t0, cpu0 = len(probe.latencies), time.monotonic(), time.process_time()
             r = client.post(
                 "/ui/parse-spec", content=text, headers={"X-CSRF-Token": csrf, "Content-Type": "text/plain"}
             )
-            parse_s = time.monotonic() - t0
-            time.sleep(0.2)
-    print(f"parse-spec {len(text)} B: {r.status_code} in {parse_s:.2f} s, health worst {probe.worst * 1000:.0f} ms")
+            parse_s, parse_cpu = time.monotonic() - t0, time.process_time() - cpu0
+            during = len(probe.latencies) - before
+    print(f"parse-spec {len(text)} B: {r.status_code} in {parse_s:.2f} s ({parse_cpu:.2f} s CPU), "
+          f"{during} health answers meanwhile, worst {probe.worst * 1000:.0f} ms")  # fmt: skip
     assert r.status_code == 200 and len(r.json()["spec"]["k"]) == 30_001
-    assert probe.failures == 0 and probe.worst < 1.0, probe.latencies
+    # The mechanism: health kept answering while the parse ran (parsed on the event loop, it answers at
+    # most once, after). Load slows the parse and the probe alike, so the count does not depend on it.
+    assert probe.failures == 0 and during >= 3, probe.latencies
     with closing(sign_in(server)) as client:
         big = b"k: [" + b"a," * 40_000 + b"a]\n"
         headers = {"X-CSRF-Token": client.cookies["rankzero_csrf"], "Content-Type": "text/plain"}
-        t0 = time.monotonic()
+        cpu0 = time.process_time()
         assert client.post("/ui/parse-spec", content=big, headers=headers).status_code == 413
-        assert time.monotonic() - t0 < 0.5
+        refuse_cpu = time.process_time() - cpu0
+    print(f"parse-spec {len(big)} B: refused in {refuse_cpu:.3f} s CPU")
+    assert refuse_cpu < parse_cpu / 3, (refuse_cpu, parse_cpu)  # refused unparsed: a parse would cost more
