@@ -23,7 +23,7 @@ calls import it on first use.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainer.exit_codes import EXIT_OK, EXIT_STOPPED
 
@@ -37,7 +37,24 @@ _CALLS = {
     "should_stop": "rankzero._stop",
 }
 
-__all__ = ["EXIT_OK", "EXIT_STOPPED", "job", *_CALLS]
+if TYPE_CHECKING:  # the lazy names, for type checkers and editors (at run time __getattr__ imports them)
+    from rankzero._checkpoints import UnsafeCheckpointError, load_checkpoint, save_checkpoint
+    from rankzero._metrics import flush, log
+    from rankzero._progress import progress
+    from rankzero._stop import should_stop
+
+__all__ = [  # the same names as _CALLS (tests/sdk check it), spelled out so a type checker can read them
+    "EXIT_OK",
+    "EXIT_STOPPED",
+    "job",
+    "log",
+    "flush",
+    "progress",
+    "save_checkpoint",
+    "load_checkpoint",
+    "UnsafeCheckpointError",
+    "should_stop",
+]
 
 
 def job() -> Any:

@@ -130,3 +130,9 @@ def test_a_saved_checkpoint_is_recorded_before_save_returns(job_dir):
     path = rankzero.save_checkpoint({"step": 1}, 1)  # the writer lingers; the save does not wait it out
     run = RunDir(job_dir)
     assert newest_intact(run, recorded_shas(run)) == path.resolve()
+
+
+def test_all_names_the_lazy_calls_and_each_resolves():
+    """__all__ is spelled out for type checkers; it must stay the lazy table's names plus the constants."""
+    assert set(rankzero.__all__) == {"EXIT_OK", "EXIT_STOPPED", "job", *rankzero._CALLS}
+    assert all(getattr(rankzero, name) is not None for name in rankzero.__all__)
