@@ -97,6 +97,7 @@ class Facts:
     peer_lost: str | None = None  # another node's host that died while the ranks failed
     preempt_for: int | None = None  # the job we stepped back for
     latest_checkpoint: str | None = None  # the newest intact checkpoint, relative to the run dir
+    port_taken: bool = False  # the launcher's log says another process held the rendezvous/master port
 
 
 def looks_finished(ended: Ended, finished: bool) -> bool:
@@ -149,6 +150,10 @@ def decide(standing: Standing, ended: Ended, facts: Facts) -> Outcome:
             else f"finished (a rank exited with {code} during teardown, after the final checkpoint)"
         )
         return Finish(S.succeeded, detail, code, "succeeded", "finished but its row had moved on")
+    if facts.port_taken and failed_on_its_own(ended, facts.finished):
+        # Another process bound the port between our choice and torchrun's bind: never the job's fault.
+        detail = f"attempt {standing.attempt} could not bind its rendezvous port (another process took it); retrying"
+        return Requeue(detail, Counting.nothing, code, "port taken, retrying on a fresh port")
     return restart_or_fail(standing, failure_of(ended, facts), facts.peer_lost, facts.latest_checkpoint)
 
 

@@ -37,7 +37,7 @@ from worker.decide import (
     names_checkpoint,
 )
 from worker.decide import restart_or_fail as decide_restart_or_fail
-from worker.launch import Topology, free_port, launch
+from worker.launch import Topology, free_port, launch, port_taken
 from worker.outcome import apply
 from worker.stop_reason import grace_s, stop_note, stop_reason
 from worker.watch import Watcher, fold_rollups, peer_window_s, silent_peer
@@ -121,7 +121,8 @@ def _run_attempt(engine: Engine, settings: Settings, job: Job, spec: JobSpec, cu
         jobs.finish(engine, job_id, S.failed, detail="launch failed", attempt=number, error=error)
         return f"job {job_id}: launch failed"
     pid = launched.proc.pid
-    jobs.mark_running(engine, job_id, pid, detail=f"torchrun pid {pid}, attempt {number}{_where(layout, spec)}",
+    warned = f"; {launched.warning}" if launched.warning else ""  # the job page shows it (sandbox off)
+    jobs.mark_running(engine, job_id, pid, detail=f"torchrun pid {pid}, attempt {number}{_where(layout, spec)}{warned}",
                       attempt=number)  # fmt: skip
     log.info("job %s attempt %s: torchrun pid %s on %s", job_id, number, pid, cuda or "cpu")
     attempt = Attempt(
@@ -290,6 +291,7 @@ def _decide(a: Attempt, watch: Watcher, ended: Ended) -> Outcome:
         else None,
         peer_lost=_peer_lost_during(a) if may_restart(ended, finished) else None,
         preempt_for=jobs.live_view(a.engine, a.job_id)[2] if ended.stopped_for is StopReason.preempt else None,
+        port_taken=a.layout.nnodes > 1 and failed_on_its_own(ended, finished) and port_taken(a.launcher_log),
     )
     _give_up(a, ended.note if ended.stopped_for is StopReason.host_lost else facts.peer_lost)
     outcome = decide(_standing(a), ended, facts)

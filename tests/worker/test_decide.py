@@ -81,6 +81,12 @@ CASES = [
      Facts(diagnosed=Failure("a rank failed", exit_code=1), trouble="the run directory's file system is full",
            failed_event={"error": "ignored"}),
      "fail", "the run directory's file system is full; a rank failed"),
+    ("its port was taken: retried, nothing spent", SPENT, Ended(1), Facts(diagnosed=CRASH, port_taken=True),
+     "requeue:nothing", "attempt 3 could not bind its rendezvous port (another process took it); retrying"),
+    ("port taken, yet finished: a success", FIRST, Ended(0), Facts(finished=True, port_taken=True), "succeeded",
+     "finished"),
+    ("port taken, but stalled: the stall counts", SPENT, Ended(-9, R.stall), Facts(port_taken=True), "fail",
+     "no sign of life"),
 ]  # fmt: skip
 
 
