@@ -482,7 +482,9 @@ def test_a_large_pass_is_cheap():
         jobs.append(job(i + 1, priority=rng.randint(-3, 3), **fields))
     start = time.process_time()
     p = plan(jobs, hosts, usage)
-    assert time.process_time() - start < 0.5
+    cpu_s = time.process_time() - start
+    print(f"plan: 1000 jobs, 48 hosts: {cpu_s * 1000:.0f} ms CPU")
+    assert cpu_s < 0.5
     assert len(p.placements) + len(p.pending) == 1000
 
 

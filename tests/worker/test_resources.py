@@ -194,7 +194,11 @@ def test_a_poll_is_cheap(job):
     started = time.process_time()  # CPU time, ours and the kernel's reading /proc for us: not the machine's load
     for i in range(5):
         watch.poll(float(i + 1), i)
-    assert (time.process_time() - started) / 5 < 0.05
+    per_poll = (time.process_time() - started) / 5
+    print(f"a poll: {per_poll * 1000:.1f} ms CPU")
+    # A poll scans all of /proc, so its CPU grows with the machine's process count: bounded at a tenth of
+    # the default 5 s interval (27.5 ms measured at load 6 with ~130 processes: 18x), not at a tight figure.
+    assert per_poll < 0.5
 
 
 class FakeNvml:
