@@ -7,6 +7,10 @@ own torchrun, and the row. It stops its ranks when the row leaves the live state
 attempt or placement, is being cancelled or preempted; when its own worker drains, it hands the whole
 job back (node 0 then sees the row leave and stops its ranks too). It never writes an outcome: when
 its ranks fail, node 0's ranks fail with them, and node 0 records why.
+
+A database error (a restart, a cut link) never ends the watch: the follower keeps watching its own
+torchrun and reads the row again at the next poll. Any other error stops this node's ranks before it
+propagates, so no rank is ever left training unwatched (tests/reliability/test_rel_follower.py).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import logging
 import time
 
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
 
 from core import jobs
 from core.job_state import LIVE
@@ -73,7 +78,12 @@ def run_follower(engine: Engine, settings: Settings, job_id: int, node_rank: int
         topo = Topology(nproc=layout.nproc, nnodes=layout.nnodes, node_rank=node_rank, endpoint=layout.endpoint)
         launched = launch(run, spec_dict, job_id, number, topo, cuda, settings, code_dir=code)
         log.info("job %s attempt %s: node %s torchrun pid %s", job_id, number, node_rank, launched.proc.pid)
-        return _follow(engine, settings, job_id, number, node_rank, launched)
+        try:
+            return _follow(engine, settings, job_id, number, node_rank, launched)
+        except BaseException:  # never leave ranks unwatched: stop them (they checkpoint), then report
+            log.exception("job %s: node %s's watch failed; stopping its ranks", job_id, node_rank)
+            procs.stop(launched.proc, launched.mark, settings.cancel_grace_s)
+            raise
     finally:
         if lease is not None:
             lease.release()
@@ -96,12 +106,27 @@ def _follow(engine: Engine, settings: Settings, job_id: int, number: int, node_r
     no stall, memory or peer watch here: node 0 keeps those)."""
     proc, mark = launched.proc, launched.mark
     limits = Limits(attempt=number)
+    db_down = False
     while proc.poll() is None:
-        seen = _look(engine, settings, job_id)
+        try:
+            seen = _look(engine, settings, job_id)
+        except DBAPIError as exc:  # restarting or cut off: node 0 decides; our ranks go on, watched
+            if not db_down:
+                log.warning("job %s: node %s cannot read the job (%s); watching its ranks, retrying", job_id,
+                            node_rank, type(exc).__name__)  # fmt: skip
+            db_down = True
+            time.sleep(settings.poll_s)
+            continue
+        if db_down:
+            log.warning("job %s: node %s reads the job again", job_id, node_rank)
+            db_down = False
         reason = stop_reason(seen, limits)
         if reason is StopReason.drain:
             detail = f"node {node_rank}'s worker ({settings.resolved_host_name}) is shutting down; resuming elsewhere"
-            jobs.requeue(engine, job_id, detail=detail, attempt=number)
+            try:
+                jobs.requeue(engine, job_id, detail=detail, attempt=number)
+            except DBAPIError:  # the ranks stop all the same; node 0 sees them fail and decides
+                log.warning("job %s: could not hand the job back (database unavailable)", job_id, exc_info=True)
         if reason is not None:
             code = procs.stop(proc, mark, settings.cancel_grace_s)
             left = "queued" if reason is StopReason.drain else seen.status.value if seen.status else "gone"
