@@ -58,7 +58,7 @@ class _Stream:
     def read(self, path: Path | None) -> str:
         if path is None:
             return ""
-        if path != self.path:  # first found (or torchrun restarted its ranks into a new folder)
+        if path != self.path:  # first found
             self.path, self.offset = path, 0
             self.decoder.reset()
         try:
@@ -92,7 +92,8 @@ class ConsoleFeed:
             return
         now = time.monotonic()
         for stream, reader in self.streams.items():
-            text = reader.read(self.run.rank_logs(stream, self.attempt).get(0))
+            path = reader.path or self.run.rank_logs(stream, self.attempt).get(0)  # globbed until found
+            text = reader.read(path)
             if text:
                 self.held.extend((now, p) for p in self.parser.feed(text, stream))
 
