@@ -32,6 +32,8 @@ from worker.tensorboard import TensorBoardTail
 log = logging.getLogger("rankzero.worker")
 S = JobStatus
 FOLD_EVERY_S = 2.0
+# TensorBoard/sys scalars one tick writes: the next heartbeat waits for at most this many (the rest next tick).
+TICK_POINTS = 20_000
 
 
 def fold_rollups(engine: Engine, job_id: int) -> None:
@@ -100,7 +102,9 @@ class Watcher:
             steps = [e["step"] for e in events if isinstance(e.get("step"), int)]
             self.last_step = max(steps) if steps else self.last_step
         self._notice_heartbeat()
-        self.pending_tb.extend(self.tensorboard.read())
+        # A large event folder is read a bit a tick while the ranks run; all of what is left at their end.
+        if len(self.pending_tb) < TICK_POINTS or self.a.proc.poll() is not None:
+            self.pending_tb.extend(self.tensorboard.read())
         sample = self.resources.poll(time.monotonic(), self.last_step or 0)
         if sample is not None:
             self.pending_tb.extend(sample.events())  # sys/... series, beside the training ones
@@ -135,11 +139,12 @@ class Watcher:
     # --- the database -----------------------------------------------------------------------------
 
     def look(self, now: float) -> Seen:
-        """Write pending events, beat the heart, read the row; return what was seen. A database that is
-        down reads as the row last seen: the ranks carry on and the events wait in `pending`."""
+        """Read the row, beat the heart, write pending events; return what was seen. The beat comes before
+        the ingest, and a tick writes at most TICK_POINTS scalars, so a large TensorBoard folder never
+        holds the job's heartbeat back (issue 20 item 6). A database that is down reads as the row last
+        seen: the ranks carry on and the events wait in `pending`."""
         a = self.a
         try:
-            self._write_pending(now)
             self.status, self.attempt, self.preempt_for = jobs.live_view(a.engine, a.job_id)
             if self.status is None or self.attempt == a.number:
                 if now - self.last_beat >= a.settings.heartbeat_s:
@@ -148,6 +153,7 @@ class Watcher:
                 if a.layout.peers and now - self.last_peer_check >= a.settings.heartbeat_s:
                     self.lost_peer = silent_peer(a)
                     self.last_peer_check = now
+            self._write_pending(now, limit=TICK_POINTS)
         except DBAPIError as exc:
             log.warning("job %s: database unavailable, retrying (%s)", a.job_id, type(exc).__name__)
             self.status, self.attempt = S.running, a.number
@@ -163,19 +169,21 @@ class Watcher:
             last_step=self.last_step,
         )
 
-    def write_pending(self) -> int:
-        """Write what was read (events, then TensorBoard scalars, then the console's); return the new metric points."""
+    def write_pending(self, limit: int | None = None) -> int:
+        """Write what was read (events, then TensorBoard scalars, then the console's); return the new metric
+        points. `limit`: at most that many TensorBoard/sys scalars (the rest wait for the next tick)."""
         self.console.claim(self.pending, self.pending_tb)  # the SDK and TensorBoard win a name over the console
         new = self.ingestor.ingest(self.pending) if self.pending else 0
         self.pending = []
         if self.pending_tb:
-            new += self.ingestor.ingest_metrics(self.pending_tb)
-            self.pending_tb = []
+            batch = self.pending_tb if limit is None else self.pending_tb[:limit]
+            new += self.ingestor.ingest_metrics(batch)
+            self.pending_tb = self.pending_tb[len(batch) :]
         new += self.console.write(self.ingestor, final=self.a.proc.poll() is not None)
         return new
 
-    def _write_pending(self, now: float) -> None:
-        new = self.write_pending()
+    def _write_pending(self, now: float, limit: int | None = None) -> None:
+        new = self.write_pending(limit)
         if new and now - self.last_fold > FOLD_EVERY_S:
             fold_rollups(self.a.engine, self.a.job_id)
             self.last_fold = now
