@@ -11,10 +11,10 @@ from __future__ import annotations
 import socket
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from sqlalchemy import update
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, CursorResult, Engine
 from sqlmodel import Session, col, select
 
 from core import notify, wake
@@ -26,8 +26,19 @@ from trainer.run_dir import job_run_dir
 
 S = JobStatus
 
+
+class Unplaced(TypedDict):
+    """The columns `UNPLACED` clears: typed key by key, so `**UNPLACED` is checked against the keywords it meets."""
+
+    placement: None
+    placement_id: None
+    rendezvous: None
+    preempt_for: None
+    vouched_at: None
+
+
 # What a job that goes back to the queue forgets: where it ran. The scheduler places it afresh.
-UNPLACED: dict[str, object] = {
+UNPLACED: Unplaced = {
     "placement": None, "placement_id": None, "rendezvous": None, "preempt_for": None, "vouched_at": None,
 }  # fmt: skip
 
@@ -101,7 +112,7 @@ def transition(  # noqa: PLR0913 (one keyword per guard of the conditional UPDAT
         where.append(Job.attempt == fence)
     if placed_as is not None:
         where.append(Job.placement_id == placed_as)
-    result = session.execute(update(Job).where(*where).values(**values))
+    result = cast("CursorResult[Any]", session.execute(update(Job).where(*where).values(**values)))
     if result.rowcount != 1:
         return False
     row = session.get(Job, job_id)
@@ -171,7 +182,7 @@ def refuse(engine: Engine, job_id: int, message: str) -> bool:
 
 
 def finish(
-    engine: Engine, job_id: int, to: JobStatus, detail: str | None = None, attempt: int | None = None, **fields: object
+    engine: Engine, job_id: int, to: JobStatus, detail: str | None = None, attempt: int | None = None, **fields: Any
 ) -> bool:
     """A live job's attempt ended: succeeded, failed or cancelled (`attempt`: only if the row is still its).
     Its place is free: the scheduler is woken."""
@@ -184,7 +195,7 @@ def finish(
     return won
 
 
-def requeue(engine: Engine, job_id: int, detail: str, attempt: int | None = None, **fields: object) -> bool:
+def requeue(engine: Engine, job_id: int, detail: str, attempt: int | None = None, **fields: Any) -> bool:
     """running/starting → queued (heartbeat and placement cleared; `attempt`: fenced); the scheduler is woken
     to place it again."""
     with Session(engine) as s:
@@ -214,7 +225,7 @@ def touch_queued(engine: Engine, job_id: int) -> bool:
     worker dies: worker/recover.py). False: no longer queued."""
     with engine.begin() as conn:
         result = conn.execute(
-            update(Job).where(Job.id == job_id, Job.status == S.queued).values(vouched_at=now_sql(conn))
+            update(Job).where(col(Job.id) == job_id, col(Job.status) == S.queued).values(vouched_at=now_sql(conn))
         )  # type: ignore[arg-type]
         return result.rowcount == 1
 
@@ -252,10 +263,13 @@ def take_stale_queued(session: Session, job_id: int, seen_vouched: datetime | No
     """Take a placed queued job nobody vouched for lately, to place it again: True for exactly one sweeper
     (`vouched_at` still `seen_vouched`). Vouched for again now, so a sweep that loses the race to place it
     again finds it fresh."""
-    result = session.execute(
-        update(Job)
-        .where(Job.id == job_id, Job.status == S.queued, col(Job.vouched_at) == seen_vouched)
-        .values(vouched_at=now_sql(session))  # type: ignore[arg-type]
+    result = cast(
+        "CursorResult[Any]",
+        session.execute(
+            update(Job)
+            .where(col(Job.id) == job_id, col(Job.status) == S.queued, col(Job.vouched_at) == seen_vouched)
+            .values(vouched_at=now_sql(session)),  # type: ignore[arg-type]
+        ),
     )
     return result.rowcount == 1
 
@@ -286,7 +300,8 @@ def unplace(engine: Engine, job_id: int, placement_id: str | None = None, reason
 
 def set_pending_reason(conn: Connection, job_id: int, reason: str) -> None:
     unplaced = Job.placement_id.is_(None)  # type: ignore[union-attr]
-    conn.execute(update(Job).where(Job.id == job_id, Job.status == S.queued, unplaced).values(pending_reason=reason))
+    where = (col(Job.id) == job_id, col(Job.status) == S.queued, unplaced)
+    conn.execute(update(Job).where(*where).values(pending_reason=reason))
 
 
 def request_preemption(conn: Connection, victim_id: int, for_job: int) -> bool:
@@ -301,7 +316,8 @@ def request_preemption(conn: Connection, victim_id: int, for_job: int) -> bool:
 
 def set_priority(session: Session, job_id: int, priority: int) -> bool:
     """Change a queued job's priority (a live job keeps the one it was placed with). False: not queued."""
-    result = session.execute(update(Job).where(Job.id == job_id, Job.status == S.queued).values(priority=priority))  # type: ignore[arg-type]
+    queued = update(Job).where(col(Job.id) == job_id, col(Job.status) == S.queued)
+    result = cast("CursorResult[Any]", session.execute(queued.values(priority=priority)))  # type: ignore[arg-type]
     if result.rowcount != 1:
         return False
     detail = f"priority set to {priority}"
