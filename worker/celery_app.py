@@ -5,7 +5,7 @@ Its configuration is shared with the API's producer and lives in `core/queue.py`
 
 from __future__ import annotations
 
-from kombu import Queue
+from kombu.entity import Queue
 
 from core.hosts import host_queue
 from core.queue import make_celery

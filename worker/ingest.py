@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from core import jobs, metric_rollup
 from core.tables import Checkpoint, Job, MetricPoint, utcnow
@@ -37,6 +37,7 @@ from trainer.event_types import (
     Started,
     Stopped,
 )
+from trainer.run_dir import CHECKPOINT_NAME
 
 BATCH = 20_000  # events per transaction
 COPY_THRESHOLD = 500  # PostgreSQL: from this many points on, COPY beats INSERT … VALUES
@@ -113,6 +114,26 @@ def _insert(engine: Engine, table: Any) -> Any:
     return dialect.insert(table)
 
 
+# Steps and counts land in BIGINT columns: a value that is not a plain int, or is past what a run could
+# reach, is dropped (and the rest of the event kept): one ill-typed value never ends supervision, and a
+# database never sees a number it must refuse (on PostgreSQL that DataError would read as an outage).
+_MAX_COUNT = 2**53
+
+
+def _count(value: Any) -> int | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _MAX_COUNT
+    return value if ok else None
+
+
+def _own_checkpoint(path: Any) -> bool:
+    """A checkpoint row names only a file of the job's own `checkpoints/` folder (`checkpoints/step_N.pt`), so
+    a forged event can never make another file downloadable as a checkpoint."""
+    if not isinstance(path, str):
+        return False
+    folder, _, name = path.partition("/")
+    return folder == "checkpoints" and CHECKPOINT_NAME.match(name) is not None
+
+
 def _finite(value: Any) -> float | None:
     try:
         f = float(value)
@@ -173,16 +194,16 @@ def _note_failed(seen: EventsSeen, ev: Failed) -> None:
 
 
 def _write_started(batch: _Batch, ev: Started) -> None:
-    if isinstance(total := ev.get("total_steps"), int):
+    if (total := _count(ev.get("total_steps"))) is not None:
         batch.progress["total_steps"] = total
-    if isinstance(start := ev.get("start_step"), int):
+    if (start := _count(ev.get("start_step"))) is not None:
         batch.progress["step"] = start
 
 
 def _write_progress(batch: _Batch, ev: Progress) -> None:
     fields: JobProgress = ev  # the part of a progress event a job row keeps
     for key in PROGRESS_COUNTS:
-        if isinstance(count := fields.get(key), int):
+        if (count := _count(fields.get(key))) is not None:
             batch.progress[key] = count
     for key in PROGRESS_RATES:
         if key in fields:
@@ -191,8 +212,8 @@ def _write_progress(batch: _Batch, ev: Progress) -> None:
 
 def _write_metric(batch: _Batch, ev: _MetricLine) -> None:
     # The bulk of any events.jsonl: kept lean (a tuple per point, in POINT_COLUMNS order).
-    name, step = ev.get("name"), ev.get("step")
-    if not isinstance(name, str) or not isinstance(step, int):
+    name, step = ev.get("name"), _count(ev.get("step"))
+    if not isinstance(name, str) or step is None:
         return
     value = _finite(ev.get("value"))
     if value is None:
@@ -207,14 +228,15 @@ def _write_metric(batch: _Batch, ev: _MetricLine) -> None:
 
 
 def _write_checkpoint(batch: _Batch, ev: _CheckpointLine) -> None:
-    if not isinstance(ev.get("path"), str):
+    step, size = _count(ev.get("step")), _count(ev.get("bytes"))
+    if not _own_checkpoint(ev.get("path")) or step is None or size is None:
         return
     row = {
         "job_id": batch.job_id,
-        "step": int(ev.get("step", 0)),
-        "epoch": ev.get("epoch"),
+        "step": step,
+        "epoch": _count(ev.get("epoch")),
         "path": ev["path"],
-        "bytes": int(ev.get("bytes", 0)),
+        "bytes": size,
         "sha256": str(ev.get("sha256", ""))[:64],
         "created_at": utcnow(),
     }
@@ -343,9 +365,9 @@ class Ingestor:
             job = s.get(Job, job_id)
             self.ingested_seq = job.ingested_seq if job else -1
             rows = s.execute(
-                select(MetricPoint.name, func.max(MetricPoint.step))
-                .where(MetricPoint.job_id == job_id)
-                .group_by(MetricPoint.name)
+                select(col(MetricPoint.name), func.max(col(MetricPoint.step)))
+                .where(col(MetricPoint.job_id) == job_id)
+                .group_by(col(MetricPoint.name))
             ).all()
         self.max_step: dict[str, int] = {name: int(step) for name, step in rows}
         mark = "%s" if engine.dialect.name == "postgresql" else "?"
@@ -353,7 +375,9 @@ class Ingestor:
             f"INSERT INTO metric_points ({', '.join(POINT_COLUMNS)}) VALUES ({', '.join([mark] * len(POINT_COLUMNS))}) "
             "ON CONFLICT (job_id, seq) DO NOTHING"
         )
-        self._ckpts = _insert(engine, Checkpoint.__table__).on_conflict_do_nothing(index_elements=["job_id", "path"])
+        # sqlmodel's stubs do not declare a table model's `__table__` (SQLAlchemy sets it on the class).
+        table = Checkpoint.__table__  # pyright: ignore[reportAttributeAccessIssue]
+        self._ckpts = _insert(engine, table).on_conflict_do_nothing(index_elements=["job_id", "path"])
 
     def ingest(self, events: list[dict[str, Any]]) -> int:
         """Write `events` (already-ingested seqs are skipped); return how many metric points were new."""
@@ -392,8 +416,8 @@ class Ingestor:
     def _next_external_seq(self) -> int:
         with self.engine.connect() as conn:
             top = conn.execute(
-                select(func.max(MetricPoint.seq)).where(
-                    MetricPoint.job_id == self.job_id, MetricPoint.seq >= metric_rollup.EXTERNAL_SEQ_BASE
+                select(func.max(col(MetricPoint.seq))).where(
+                    col(MetricPoint.job_id) == self.job_id, col(MetricPoint.seq) >= metric_rollup.EXTERNAL_SEQ_BASE
                 )
             ).scalar()
         return metric_rollup.EXTERNAL_SEQ_BASE if top is None else int(top) + 1
@@ -443,7 +467,8 @@ class Ingestor:
         """keep_last makes the trainer delete old files; their rows go too, so every listed one downloads."""
         if self.run_root is None:
             return
-        rows = conn.execute(select(Checkpoint.id, Checkpoint.path).where(Checkpoint.job_id == self.job_id)).all()
+        ckpts = select(col(Checkpoint.id), col(Checkpoint.path)).where(col(Checkpoint.job_id) == self.job_id)
+        rows = conn.execute(ckpts).all()
         gone = [cid for cid, path in rows if not (self.run_root / path).is_file()]
         if gone:
             conn.execute(delete(Checkpoint).where(Checkpoint.id.in_(gone)))  # type: ignore[attr-defined]

@@ -172,7 +172,8 @@ def _passed_to_ranks(name: str, extra: frozenset[str]) -> bool:
 
 def job_env(run: RunDir, spec: dict, job_id: int, attempt: int, settings: Settings) -> dict[str, str]:
     """What every rank is told about its job (rankzero/env.py names the variables; the SDK reads them)."""
-    checkpoint = spec.get("checkpoint") if isinstance(spec.get("checkpoint"), dict) else {}
+    raw_checkpoint = spec.get("checkpoint")
+    checkpoint = raw_checkpoint if isinstance(raw_checkpoint, dict) else {}
     keep_last = checkpoint.get("keep_last")
     described = JobEnv(
         run_dir=run.root.resolve(),

@@ -20,6 +20,7 @@ _stop = threading.Event()
 
 def _settings(sender: Any) -> Settings:
     app = getattr(sender, "app", None)
+    assert app is not None, "worker_ready comes from a Celery worker, which has its app"
     return app.conf.rankzero_settings
 
 

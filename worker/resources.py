@@ -104,7 +104,8 @@ def _read_proc(pid: int) -> _Proc | None:
 
 
 def _rank_of(environ: bytes) -> int | None:
-    env = dict(item.partition(b"=")[::2] for item in environ.split(b"\0") if b"=" in item)
+    pairs = (item.partition(b"=") for item in environ.split(b"\0") if b"=" in item)
+    env = {name: value for name, _, value in pairs}
     if b"TORCHELASTIC_RUN_ID" not in env:
         return None
     try:
@@ -315,7 +316,8 @@ class _GpuReader:
     def _choose(self) -> str:
         if self.nvml is None:
             try:
-                import pynvml  # nvidia-ml-py; optional: not a dependency
+                # nvidia-ml-py; optional: not a dependency, so not installed where the checker runs
+                import pynvml  # pyright: ignore[reportMissingImports]
             except ImportError:
                 pynvml = None
             self.nvml = pynvml

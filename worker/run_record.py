@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from core.tables import Checkpoint
 from trainer import checkpoint_files
@@ -49,7 +49,8 @@ def _recorded_shas(engine: Engine, job_id: int, run: RunDir) -> dict[str, str]:
     """checkpoint path (relative to the run dir) → the sha256 recorded for it (events, then rows)."""
     shas: dict[str, str] = {}
     with Session(engine) as s:
-        for path, sha in s.execute(select(Checkpoint.path, Checkpoint.sha256).where(Checkpoint.job_id == job_id)):
+        shas_read = select(col(Checkpoint.path), col(Checkpoint.sha256)).where(col(Checkpoint.job_id) == job_id)
+        for path, sha in s.execute(shas_read):
             if sha:
                 shas[str(path)] = str(sha)
     shas.update(checkpoint_files.recorded_shas(run))  # the event, written with the file, has the last word

@@ -43,13 +43,15 @@ def run_node(job_id: int, node_rank: int, placement_id: str, settings: Settings)
 
 def _runnable_spec(engine: Engine, job: Job, settings: Settings) -> JobSpec | str:
     """The job's spec, or (having failed the job) a one-line account of why this worker will not run it."""
+    job_id = job.id
+    assert job_id is not None  # a row read from the database
     try:
         spec = JobSpec.model_validate(job.spec)
     except ValueError as exc:  # stored by an older version, say: fail it rather than leave it queued
-        jobs.refuse(engine, job.id, f"the stored spec is no longer valid: {exc}; resubmit it")
-        return f"job {job.id}: invalid spec"
+        jobs.refuse(engine, job_id, f"the stored spec is no longer valid: {exc}; resubmit it")
+        return f"job {job_id}: invalid spec"
     refusal = code_policy.user_code_refusal(spec, settings)  # the allow-list may have changed since submit
     if refusal is not None:
-        jobs.refuse(engine, job.id, f"refused by this worker: {refusal[1]}")
-        return f"job {job.id}: refused, user code not allowed"
+        jobs.refuse(engine, job_id, f"refused by this worker: {refusal[1]}")
+        return f"job {job_id}: refused, user code not allowed"
     return spec

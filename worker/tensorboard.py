@@ -157,7 +157,8 @@ class TensorBoardTail:
 
 def _metric_events(record: bytes, prefix: str) -> list[TimedMetric]:
     try:
-        event = event_pb2.Event.FromString(record)
+        # protobuf's generated module declares its messages at run time, which the checker cannot see
+        event = event_pb2.Event.FromString(record)  # pyright: ignore[reportAttributeAccessIssue]
     except Exception:  # protobuf's DecodeError; a record that is no Event is skipped
         return []
     out: list[TimedMetric] = []
