@@ -43,6 +43,9 @@ BATCH = 20_000  # events per transaction
 COPY_THRESHOLD = 500  # PostgreSQL: from this many points on, COPY beats INSERT … VALUES
 
 
+MAX_EVENT_LINE = 1 << 20  # bytes of one pending events.jsonl line the worker holds at most
+
+
 class EventTail:
     """Complete lines appended to a file since the last call (a partial last line waits)."""
 
@@ -50,6 +53,8 @@ class EventTail:
         self.path = path
         self.offset = 0
         self._partial = b""
+        self.skipping = False  # inside an overlong line: the bytes up to its newline are dropped
+        self.overlong_lines = 0
 
     def read(self, max_bytes: int = 8 << 20) -> list[dict[str, Any]]:
         try:
@@ -62,6 +67,13 @@ class EventTail:
         data = self._partial + chunk
         lines = data.split(b"\n")
         self._partial = lines.pop()
+        if self.skipping and lines:  # the rest of a dropped line ends here
+            lines[0], self.skipping = b"", False
+        if len(self._partial) > MAX_EVENT_LINE:
+            # A line that never ends would grow the worker, not the job: drop it, and what follows up to its
+            # newline (a real event is a few hundred bytes; the trainer's largest, `failed`, a few KiB).
+            self.overlong_lines += 0 if self.skipping else 1
+            self._partial, self.skipping = b"", True
         events = []
         for line in lines:
             if not line.strip():

@@ -278,7 +278,9 @@ def _record_outcome(a: Attempt, watch: Watcher, ended: Ended) -> str:
 def _decide(a: Attempt, watch: Watcher, ended: Ended) -> Outcome:
     """Gather what the decision needs (only what its path reads: a peer's verdict may take seconds), then decide."""
     seen = watch.ingestor.seen
-    finished = seen.finished
+    # A script writes its own events (the SDK runs in its process): its `finished` cannot excuse a non-zero
+    # exit. Only the built-in trainer's `finished` vouches for a noisy teardown after the final checkpoint.
+    finished = seen.finished and not a.spec.is_script
     facts = Facts(
         finished=finished,
         failed_event=seen.failed,

@@ -96,3 +96,19 @@ def test_a_silent_script_is_stopped_by_the_stall_watchdog(service, workers, proj
     done = client.wait_terminal(job["id"], timeout=120)  # armed by its first output, not after 600 s
     assert done["status"] == "failed" and "stall_timeout_s" in done["error"], done
     assert not job_pids(workers.marker, job["id"])
+
+
+def test_a_script_cannot_forge_its_success_or_list_foreign_files_as_checkpoints(
+    service, workers, project, upload
+) -> None:
+    """Truth from the worker, not from the job: exit 3 after a forged `finished` event is a failure; checkpoint
+    rows only ever name files inside the job's own checkpoints/ folder; ill-typed values end nothing."""
+    settings, client = service()
+    workers.start(settings)
+    code = upload(client, project("forged_finish"))
+    job = client.submit(script_spec("forged", code, "train.py", nproc=1, max_restarts=0))
+    done = client.wait_terminal(job["id"], timeout=150)
+    assert done["status"] == "failed", done
+    assert done["exit_code"] == 3
+    rows = client.http.get(f"/jobs/{job['id']}/checkpoints").json()
+    assert rows == [], rows

@@ -47,3 +47,26 @@ def test_a_line_is_the_envelope_and_the_declared_fields(tmp_path, kind: EventTyp
     (line,) = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert set(line) == set(Envelope.__annotations__) | set(fields)
     assert line["type"] == kind.value and line["seq"] == 1 and {k: line[k] for k in fields} == fields
+
+
+def test_a_line_that_never_ends_is_dropped_and_the_tail_stays_bounded(tmp_path) -> None:
+    from worker.ingest import MAX_EVENT_LINE, EventTail
+
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b'{"seq": 1, "type": "progress", "step": 1}\n')
+    tail = EventTail(path)
+    assert [e["seq"] for e in tail.read()] == [1]
+    with path.open("ab") as fh:  # 3 MiB of one line, read in 1 MiB chunks
+        for _ in range(3):
+            fh.write(b"x" * MAX_EVENT_LINE)
+            fh.flush()
+            assert tail.read(max_bytes=MAX_EVENT_LINE) == []
+            assert len(tail._partial) <= MAX_EVENT_LINE
+        fh.write(b'tail of the long line\n{"seq": 2, "type": "progress", "step": 2}\n')
+    assert [e["seq"] for e in tail.read()] == [2]
+    assert tail.overlong_lines == 1
+    # Complete lines read together with the start of an overlong one are kept.
+    with path.open("ab") as fh:
+        fh.write(b'{"seq": 3, "type": "progress", "step": 3}\n' + b"y" * (MAX_EVENT_LINE + 1))
+    assert [e["seq"] for e in tail.read()] == [3]
+    assert tail.overlong_lines == 2
