@@ -5,6 +5,8 @@
 // /api/jobs/{id}/metrics, at most `maxPoints` per series: the server keeps each bucket's min and max);
 // a drag-zoom re-reads just the visible steps, for every chart at once; the SSE stream appends points.
 // Only series that exist get a chart: a job with none shows one sentence, not empty cards.
+// A series the server read from a script's printed output (source "console") says so in its legend,
+// and in its chart's title when every series there came from the console.
 import { api } from "./api.js";
 import { h, setText } from "./dom.js";
 import { LineChart, seriesStyle } from "./charts.js";
@@ -14,6 +16,7 @@ const KNOWN_IDS = { loss: "chart-loss", accuracy: "chart-acc", lr: "chart-lr" };
 const GROUP_TITLES = { train: "Training and validation", throughput: "Throughput", other: "Your metrics", sys: "System" };
 const FIRST_IN_TRAIN = ["loss", "accuracy", "lr"];
 const MAX_NAMES = LIMITS.metric_names; // the metrics route's limit on `name` (GET /api/meta)
+const FROM_CONSOLE = "from the console";
 
 /** The chart a series goes on: train/X and val/X share "X"; sys/<where>/<measure> share "sys/<measure>". */
 export function chartKey(name) {
@@ -61,6 +64,7 @@ export class MetricPanel {
     this.refetchTimer = null;
     this.forcedLog = null; // null: each chart's own choice (auto until its box is used); true: all log
     this.zoomed = null;
+    this.fromConsole = new Set(); // names of series read from the console (a series' source does not change)
   }
 
   async fetch(range, names = null) {
@@ -72,6 +76,7 @@ export class MetricPanel {
     const body = await api(`/jobs/${this.jobId}/metrics`, { query });
     const out = new Map();
     for (const s of body.series || []) {
+      if (s.source === "console") this.fromConsole.add(s.name);
       out.set(s.name, {
         xs: s.points.map((p) => p.step),
         ys: s.points.map((p) => p.value),
@@ -135,7 +140,7 @@ export class MetricPanel {
     for (const [key, { group, names }] of wanted) {
       names.sort(byRole);
       const have = this.charts.get(key);
-      if (have && have.names.join() === names.join()) continue;
+      if (have && have.sig === this.signature(names)) continue;
       if (have) { this.updateChart(have, key, names); continue; }
       this.charts.set(key, this.makeChart(key, group, names));
       added = true;
@@ -144,10 +149,20 @@ export class MetricPanel {
     this.onChange(this);
   }
 
+  /** What a chart is drawn from: its series and which of them came from the console. */
+  signature(names) {
+    return names.map((n) => (this.fromConsole.has(n) ? `${n}\u0000c` : n)).join("\u0001");
+  }
+
+  title(key, names) {
+    const title = chartTitle(key, names);
+    return names.every((n) => this.fromConsole.has(n)) ? `${title} (${FROM_CONSOLE})` : title;
+  }
+
   seriesOf(names) {
     const longest = Math.max(...names.map((n) => this.full.get(n)?.total || 0));
     return names.map((n, i) => ({
-      label: n,
+      label: this.fromConsole.has(n) ? `${n} (${FROM_CONSOLE})` : n,
       ...seriesStyle(i),
       sparse: (this.full.get(n)?.total || 0) < Math.min(200, longest / 5 + 1),
     }));
@@ -156,13 +171,15 @@ export class MetricPanel {
   /** A chart that gains a series (val/loss after train/loss) keeps its figure; its plot is rebuilt. */
   updateChart(entry, key, names) {
     entry.names = names;
+    entry.sig = this.signature(names);
     entry.chart.opts.series = this.seriesOf(names);
     entry.chart.tables = names.map((n) => this.full.get(n) || { xs: [], ys: [] });
-    setText(entry.figure.querySelector(".chart-title"), chartTitle(key, names));
+    setText(entry.figure.querySelector(".chart-title"), this.title(key, names));
+    entry.figure.toggleAttribute("data-console", names.some((n) => this.fromConsole.has(n)));
   }
 
   makeChart(key, group, names) {
-    const title = chartTitle(key, names);
+    const title = this.title(key, names);
     const logBox = h("input", { type: "checkbox", class: "chart-log-box", "aria-label": `Log scale for ${title}` });
     const figure = h("figure", { class: "chart", id: slug(key), dataset: { key } },
       h("figcaption", {}, h("span", { class: "chart-title" }, title),
@@ -181,7 +198,8 @@ export class MetricPanel {
       onLog: (on) => { logBox.checked = on; },
     });
     logBox.addEventListener("change", () => chart.setLog(logBox.checked));
-    return { chart, names, figure, group };
+    figure.toggleAttribute("data-console", names.some((n) => this.fromConsole.has(n)));
+    return { chart, names, figure, group, sig: this.signature(names) };
   }
 
   gridFor(group) {

@@ -8,6 +8,7 @@ import { $, h, setText, debounce } from "./dom.js";
 import { MetricPanel, outcomeOf } from "./job_charts.js";
 import { fmtValue } from "./charts.js";
 import { LogView } from "./logs.js";
+import { loadNotifications } from "./notifications.js";
 import {
   fmtAgo, fmtBytes, fmtClock, fmtDuration, fmtInt, fmtNumber, fmtRate, jobDuration, parseTime, progressFraction, statusBadge, TERMINAL,
 } from "./format.js";
@@ -388,6 +389,7 @@ function loadCharts() {
 function onEnd() {
   stopLive();
   Promise.all([loadJob(), loadCharts(), loadCheckpoints()]).catch(() => {});
+  setTimeout(() => loadNotifications(jobId), 2000); // the end's notifications are sent just after it
   logs.jobFinished();
 }
 
@@ -472,6 +474,7 @@ async function main() {
   const detail = await loadJob();
   await Promise.all([charts, loadCheckpoints()]);
   renderOutcome();
+  loadNotifications(jobId);
   if (TERMINAL.has(detail.status)) {
     $("#log-follow").checked = false;
     logs.finished = true;
