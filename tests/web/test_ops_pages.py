@@ -78,6 +78,7 @@ def test_console_series_is_labelled_and_notifications_show(page, web_service, db
     job.spec = {**job.spec, "entrypoint": "train.py"}  # a script job: only those have console series
     db.add(job)
     db.commit()
+    assert job.id is not None and job.run_dir is not None
     bulk_points(db, job.id, "train/loss", 200)
     bulk_points(db, job.id, "reward", 20, every=10, first_seq=1_000_000)
     run = Path(job.run_dir)
