@@ -266,7 +266,7 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
             )
         return Launched(proc, mark, port, log_dir, launcher_log, warning=sandbox.NOT_ISOLATED)
     box = sandbox.prepare(
-        sandbox_view(run, cwd, code_dir, settings, env, host_network=host_network),
+        sandbox_view(run, cwd, code_dir, settings, env, host_network=host_network, inputs=resume_input(spec, settings)),
         mark,
         memory_limit_mb(spec, settings),
         settings.sandbox_pids_max,
@@ -310,8 +310,28 @@ def needs_network(spec: dict, settings: Settings) -> bool:
     return isinstance(args, dict) and args.get("download") is True
 
 
-def sandbox_view(
-    run: RunDir, cwd: Path, code_dir: Path | None, settings: Settings, env: dict[str, str], *, host_network: bool
+def resume_input(spec: dict, settings: Settings) -> tuple[Path, ...]:
+    """The checkpoint a job resumes from, when it lies in another run of this runs dir (`rankzero resume`, a
+    clone): shown read-only in the sandbox, the one file of another run it sees. The API confines resume_from
+    to the runs dir at submit; a path outside it (or missing) is not shown, and the trainer says so."""
+    given = spec.get("resume_from")
+    if not isinstance(given, str) or not given:
+        return ()
+    runs = settings.resolved_runs_dir.resolve()
+    path = (runs / given).resolve()  # an absolute `given` stays itself
+    inside = path != runs and runs in path.parents
+    return (path,) if inside and path.is_file() else ()
+
+
+def sandbox_view(  # noqa: PLR0913 (one parameter per part of the view)
+    run: RunDir,
+    cwd: Path,
+    code_dir: Path | None,
+    settings: Settings,
+    env: dict[str, str],
+    *,
+    host_network: bool,
+    inputs: tuple[Path, ...] = (),
 ) -> sandbox.View:
     """What the attempt sees (worker/sandbox.py): its run dir, its bundle, the data sets, the runtime."""
     datasets = settings.resolved_datasets_dir
@@ -324,6 +344,7 @@ def sandbox_view(
         dataset_roots=tuple(r for r in settings.dataset_root_dirs if r != datasets),
         runtime_dirs=sandbox.runtime_dirs(env.get("PYTHONPATH", "")),
         hidden=(settings.data_dir.resolve(), settings.resolved_runs_dir, cache_dir(settings).resolve()),
+        inputs=inputs,
         host_network=host_network,
         devices=sandbox.gpu_devices(),
         as_root=os.geteuid() == 0,

@@ -69,6 +69,7 @@ class View:
     dataset_roots: tuple[Path, ...] = ()  # read-only
     runtime_dirs: tuple[Path, ...] = ()  # read-only: the Python environment, the service's code
     hidden: tuple[Path, ...] = ()  # masked wherever a read-only bind would show them (data dir, runs dir)
+    inputs: tuple[Path, ...] = ()  # read-only files from outside its run dir (the checkpoint it resumes from)
     host_network: bool = False  # False: a network namespace with loopback only
     devices: tuple[Path, ...] = ()  # GPU device nodes
     as_root: bool = True  # False: a user namespace too
@@ -115,6 +116,7 @@ def _mount_args(view: View) -> list[str]:
     args += [a for root in view.dataset_roots for a in ("--ro-bind-try", str(root), str(root))]
     if view.code_dir is not None:
         args += ["--ro-bind", str(view.code_dir), str(view.code_dir)]
+    args += [a for f in view.inputs for a in ("--ro-bind", str(f), str(f))]
     return [*args, "--bind", str(view.run_dir), str(view.run_dir)]
 
 

@@ -75,9 +75,13 @@ def ensure_engine() -> Callable[[], None]:
     if engine_answers():
         return lambda: None
     log = tempfile.NamedTemporaryFile(prefix="rankzero-dockerd-", suffix=".log", delete=False)  # noqa: SIM115 (open while dockerd runs)
+    # The stand-in NVIDIA hook on its PATH: dockerd registers its "nvidia" device driver only when it finds
+    # that program at start, so the compose worker's GPU reservation runs as on a GPU box.
+    stand_in_hook = Path(__file__).parent / "bin"
+    env = os.environ | {"PATH": f"{stand_in_hook}{os.pathsep}{os.environ.get('PATH', '')}"}
     proc = subprocess.Popen(
         ["dockerd", "--bridge=none", "--iptables=false", "--ip6tables=false"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
     )  # fmt: skip
     for _ in range(120):
         if engine_answers():

@@ -107,3 +107,35 @@ def test_which_single_node_jobs_share_the_hosts_network(data: dict, network: str
     from worker.launch import needs_network
 
     assert needs_network({"data": data}, SimpleNamespace(sandbox_network=network)) is shared
+
+
+def test_the_checkpoint_it_resumes_from_is_its_one_read_only_file_of_another_run() -> None:
+    other = Path("/srv/rz/runs/job_7/checkpoints/step_00000010.pt")
+    args = sandbox.bwrap_args(_view(hidden=(Path("/srv/rz/runs"),), runtime_dirs=(Path("/srv"),), inputs=(other,)))
+    assert str(other) in _pairs(args, "--ro-bind") and str(other) not in _pairs(args, "--bind")
+    assert args.index(str(other)) > args.index("/srv/rz/runs")  # shown through the runs dir's mask
+
+
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [
+        (None, False),
+        ("job_1/checkpoints/step_00000010.pt", True),  # relative to the runs dir
+        ("{runs}/job_1/checkpoints/step_00000010.pt", True),  # absolute, inside
+        ("job_1/checkpoints/step_00000099.pt", False),  # missing: the trainer says so
+        ("../outside.pt", False),  # outside the runs dir: never shown
+        ("{runs}", False),
+    ],
+)
+def test_which_resume_from_is_shown(tmp_path: Path, given: str | None, shown: bool) -> None:
+    from types import SimpleNamespace
+
+    from worker.launch import resume_input
+
+    runs = tmp_path / "runs"
+    (runs / "job_1" / "checkpoints").mkdir(parents=True)
+    (runs / "job_1" / "checkpoints" / "step_00000010.pt").write_bytes(b"x")
+    (tmp_path / "outside.pt").write_bytes(b"x")
+    settings = SimpleNamespace(resolved_runs_dir=runs)
+    spec = {"resume_from": given.format(runs=runs) if given else None}
+    assert bool(resume_input(spec, settings)) is shown  # type: ignore[arg-type]
