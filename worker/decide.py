@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -90,7 +91,7 @@ class Facts:
     """What node 0 found once the ranks ended (each None/False when not looked for or not there)."""
 
     finished: bool = False  # the trainer's `finished` event was read
-    failed_event: dict[str, Any] | None = None  # the trainer's `failed` event
+    failed_event: Mapping[str, Any] | None = None  # the trainer's `failed` event
     diagnosed: Failure | None = None  # torchrun's account of a failure (worker/errors.py diagnose)
     trouble: str | None = None  # why the run dir could not be written (worker/run_record.py)
     hole: str | None = None  # what is missing from a finished run's record
@@ -193,7 +194,7 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def _take_failed_event(failure: Failure, failed: dict[str, Any]) -> None:
+def _take_failed_event(failure: Failure, failed: Mapping[str, Any]) -> None:
     """The trainer's own `failed` event says it best: its error, rank and traceback."""
     failure.message = str(failed["error"])
     if isinstance(failed.get("rank"), int):

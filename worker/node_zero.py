@@ -65,6 +65,7 @@ def claim_and_run(
 ) -> str:
     """Hold node 0's GPUs, claim the job for this placement, and run the attempt; return a one-line account."""
     job_id = job.id
+    assert job_id is not None  # a row read from the database
     node = placed.nodes[0]
     try:
         lease = gpus.lease_node(settings, node, keep_waiting=lambda: _still_placed(engine, job_id, placement_id))
@@ -96,6 +97,7 @@ def claim_and_run(
 def _run_attempt(engine: Engine, settings: Settings, job: Job, spec: JobSpec, cuda: str | None, layout: Layout) -> str:
     """Launch attempt `job.attempt` of a claimed job (node 0) and supervise it to its outcome."""
     job_id, number = job.id, job.attempt
+    assert job_id is not None  # a claimed row
     run = RunDir(job_run_dir(settings.resolved_runs_dir, job_id))
     spec_dict = layout.spec_for_ranks(spec.model_dump(mode="json"))
     try:
