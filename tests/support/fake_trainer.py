@@ -42,8 +42,10 @@ class FakeRun:
 
     def write_pid(self) -> None:
         if self.args.get("pid_dir"):
-            Path(self.args["pid_dir"]).mkdir(parents=True, exist_ok=True)
-            (Path(self.args["pid_dir"]) / f"{os.getpid()}").write_text(
+            # A relative pid_dir is inside the run dir: the one folder a sandboxed job shares with the host.
+            pid_dir = self.events.parent / self.args["pid_dir"]
+            pid_dir.mkdir(parents=True, exist_ok=True)
+            (pid_dir / f"{os.getpid()}").write_text(
                 f"{self.rank} {os.environ.get('CUDA_VISIBLE_DEVICES', '-')} {time.time()}"
             )
 

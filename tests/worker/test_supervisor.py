@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.commands import ROOT
 from tests.support.jobs import fake_spec, wait
-from tests.support.procs import alive, job_pids, ranks
+from tests.support.procs import alive, job_pids, ranks, wait_ranks
 
 
 def _alive(pid: int) -> bool:
@@ -118,12 +118,12 @@ def test_restart_from_checkpoint_within_max_restarts(service, workers):
 def test_gpu_jobs_share_fake_gpus_in_order(service, workers, tmp_path):
     settings, client = service(gpus="0,1,2")
     workers.start(settings, pool="prefork", concurrency=3)
-    pids = {n: tmp_path / f"pids_{n}" for n in "abc"}
-    a = client.submit(
-        fake_spec("a", nproc=2, device="cuda", max_steps=25, args={"step_s": 0.05, "pid_dir": str(pids["a"])})
-    )
-    b = client.submit(fake_spec("b", nproc=2, device="cuda", max_steps=5, args={"pid_dir": str(pids["b"])}))
-    c = client.submit(fake_spec("c", nproc=1, device="cuda", max_steps=5, args={"pid_dir": str(pids["c"])}))
+    # Each rank notes the CUDA_VISIBLE_DEVICES it got in <run dir>/pids (inside the job's sandbox view).
+    a = client.submit(fake_spec("a", nproc=2, device="cuda", max_steps=25, args={"step_s": 0.05, "pid_dir": "pids"}))
+    b = client.submit(fake_spec("b", nproc=2, device="cuda", max_steps=5, args={"pid_dir": "pids"}))
+    c = client.submit(fake_spec("c", nproc=1, device="cuda", max_steps=5, args={"pid_dir": "pids"}))
+    runs = Path(settings.resolved_runs_dir)
+    pids = {n: runs / f"job_{j['id']}" / "pids" for n, j in zip("abc", (a, b, c), strict=True)}
     r = client.http.post("/jobs", json=fake_spec("too-big", nproc=4, device="cuda"))
     assert r.status_code == 422 and "3" in r.text and "GPU" in r.text, r.text
     done = {n: client.wait_terminal(j["id"], 90) for n, j in zip("abc", (a, b, c), strict=True)}
@@ -195,9 +195,8 @@ def test_killed_worker_host_job_resumes_on_another(service, workers, tmp_path):
     import signal
 
     settings, client = service()
-    pid_dir = tmp_path / "pids"
     w = workers.start(settings, extra_env={"RANKZERO_STALE_AFTER_S": "3"})
-    job = client.submit(fake_spec(max_steps=40, max_restarts=1, args={"step_s": 0.1, "pid_dir": str(pid_dir)}))
+    job = client.submit(fake_spec(max_steps=40, max_restarts=1, args={"step_s": 0.1}))
     client.wait(job["id"], lambda j: j["step"] >= 12, 60, "step 12")
     launched = job_pids(workers.marker, job["id"])
     # The host dies: the worker, torchrun and the ranks, all at once.
@@ -220,13 +219,11 @@ def test_killed_worker_host_job_resumes_on_another(service, workers, tmp_path):
 def test_stalled_rank_is_failed_by_watchdog(service, workers, tmp_path):
     settings, client = service()
     workers.start(settings)
-    pid_dir = tmp_path / "pids"
-    job = client.submit(
-        fake_spec(nproc=2, stall_timeout_s=10, args={"hang_rank": 0, "hang_at_step": 3, "pid_dir": str(pid_dir)})
-    )
+    job = client.submit(fake_spec(nproc=2, stall_timeout_s=10, args={"hang_rank": 0, "hang_at_step": 3}))
+    rank_pids = list(wait_ranks(workers.marker, job["id"], 2).values())  # as the host sees them
     done = client.wait_terminal(job["id"], 60)
     assert done["status"] == "failed" and "stall_timeout_s" in done["error"]
-    assert not [p for p in (int(x.name) for x in pid_dir.iterdir()) if _alive(p)]
+    assert not [p for p in rank_pids if _alive(p)] and not job_pids(workers.marker, job["id"])
 
 
 @pytest.mark.redis
@@ -282,11 +279,10 @@ def test_sigkilled_rank_fails_job_naming_rank_and_exit_code(service, workers, tm
 
     settings, client = service()
     workers.start(settings)
-    pid_dir = tmp_path / "pids"
-    job = client.submit(fake_spec(nproc=2, max_steps=100000, args={"step_s": 0.1, "pid_dir": str(pid_dir)}))
+    job = client.submit(fake_spec(nproc=2, max_steps=100000, args={"step_s": 0.1}))
     client.wait(job["id"], lambda j: j["step"] >= 2, 60, "step 2")
     launched = job_pids(workers.marker, job["id"])
-    rank1 = next(int(p.name) for p in pid_dir.iterdir() if p.read_text().split()[0] == "1")
+    rank1 = ranks(workers.marker, job["id"])[1]  # its pid as the host sees it (the sandbox has its own)
     os.kill(rank1, signal.SIGKILL)
     done = client.wait_terminal(job["id"], 60)
     assert done["status"] == "failed" and done["failed_rank"] == 1 and done["exit_code"] == -9, done
