@@ -25,7 +25,11 @@ def test_run_dir_deleted_mid_run_fails_the_job_saying_so(service, workers) -> No
     shutil.rmtree(run_dir(settings, job["id"]))  # the trainer's open events.jsonl now writes into the void
     done = client.wait_terminal(job["id"], 120)
     assert done["status"] == "failed", done
-    assert "record is incomplete" in done["error"] and "events.jsonl" in done["error"], done["error"]
+    error = done["error"]
+    # In its sandbox the job's run dir is a bind mount: the deletion reaches the ranks, and the worker names it;
+    # unsandboxed (RANKZERO_SANDBOX=off) the trainer finishes into the void and its record is found incomplete.
+    said = "was deleted while the job ran" in error or ("record is incomplete" in error and "events.jsonl" in error)
+    assert said, error
 
 
 @pytest.fixture

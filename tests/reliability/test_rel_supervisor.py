@@ -91,13 +91,19 @@ def test_frozen_supervisor_that_was_replaced_writes_nothing(service, workers) ->
     assert not job_processes(workers.marker, job_id)
 
 
-def test_supervisor_error_stops_the_ranks_and_says_why(service, workers) -> None:
+def test_an_ill_typed_event_never_ends_supervision_and_the_job_is_judged_by_its_record(service, workers) -> None:
+    """Issue 19: an event the ingester cannot take (a checkpoint whose step is "ten", at seq 10⁹) is dropped,
+    never written and never ends supervision (it used to crash the supervisor). The job runs to its end and
+    is judged by its record: the forged seq left a hole, so it fails saying so, and every process is gone."""
     settings, client = service()
     workers.start(settings)
     spec = slow_spec("supervisor-fails", max_steps=400, max_restarts=0, step_s=0.05)
     spec["model"]["args"]["poison_at_step"] = 5  # rank 0 appends an event the ingester cannot take
     job_id = client.submit(spec)["id"]
-    done = client.wait_terminal(job_id, 90)
+    done = client.wait_terminal(job_id, 180)
     assert done["status"] == "failed", done
-    assert "supervisor failed" in done["error"] and "ValueError" in done["error"], done["error"]
+    assert "record is incomplete" in done["error"] and "supervisor failed" not in done["error"], done["error"]
+    assert not client.http.get(f"/jobs/{job_id}/checkpoints").json() or all(
+        c["path"].startswith("checkpoints/step_") for c in client.http.get(f"/jobs/{job_id}/checkpoints").json()
+    )
     wait(lambda: not job_processes(workers.marker, job_id), 15, "every process of the job to be gone")
