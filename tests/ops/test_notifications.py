@@ -58,9 +58,13 @@ def test_one_signed_delivery_per_transition_and_a_retry_after_a_500(service, wor
         body = json.loads(raw)
         assert headers["x-rankzero-event"] == body["event"] and body["text"].startswith("rankzero job")
         events.append((body["job"]["id"], body["event"], headers["x-rankzero-delivery"]))
-    # The first try got a 500 and was tried again: the same delivery, twice; every other one once.
-    assert events[0] == events[1] and receiver.calls[0][2] == 500
-    assert sorted(set(events)) == sorted([(done["id"], "job.succeeded", events[0][2]), events[-1]])
+    # The first try got a 500 and that delivery was tried again later (the other job's delivery may come in
+    # between on a busy host); every delivery ends delivered exactly once.
+    statuses = [c[2] for c in receiver.calls]
+    assert statuses[0] == 500 and statuses.count(500) == 1 and len(events) == 3
+    assert events.index(events[0], 1) > 0 and statuses[events.index(events[0], 1)] == 200
+    delivered_ok = [e for e, st in zip(events, statuses, strict=True) if st == 200]
+    assert len(delivered_ok) == len(set(delivered_ok)) == 2
     assert {e[:2] for e in events} == {(done["id"], "job.succeeded"), (gone["id"], "job.cancelled")}
 
     log = client.http.get(f"/jobs/{done['id']}/notifications").json()
