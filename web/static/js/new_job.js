@@ -8,7 +8,7 @@ import { fieldId, SchemaForm } from "./schema_form.js";
 
 const SECTIONS = [
   ["Job", ["name", "model", "data", "loss"]],
-  ["Your code (optional)", ["code", "entrypoint"]],
+  ["Your code (optional)", ["code", "entrypoint", "console_metrics"]],
   ["Strategy", ["nproc", "min_nproc", "nnodes", "accumulation_steps", "batch_size", "sync", "device", "precision", "compile", "sync_batchnorm"]],
   ["Length and evaluation", ["max_steps", "epochs", "log_every", "eval_every"]],
   ["Optimization", ["optimizer", "scheduler", "grad_clip_norm"]],

@@ -271,6 +271,7 @@ const ADAM = new Set(["adam", "adamw"]);
 export function applies(path, spec, builtins) {
   const top = path.split(".")[0];
   if (spec.entrypoint && (builtins.builtin_only || []).includes(top)) return false; // a script job's own business
+  if (top === "console_metrics") return Boolean(spec.entrypoint); // read from a script's console only
   const world = (Number(spec.nproc) || 1) * (Number(spec.nnodes) || 1);
   const optimizer = spec.optimizer?.name;
   const scheduler = spec.scheduler?.name;
