@@ -53,7 +53,7 @@ lint: $(VENV)/.installed-test web
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
-	$(BIN)/basedpyright
+	$(BIN)/basedpyright --project .  # this folder's pyproject.toml, never a pyrightconfig.json in a parent folder
 	cd web && npm run --silent check
 
 test: $(VENV)/.installed-test web chromium sandbox lint
