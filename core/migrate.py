@@ -48,8 +48,8 @@ def _sqlite_file_lock(database_url: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def upgrade(database_url: str, revision: str = "head") -> None:
-    """Apply every migration up to `revision` (default: the newest). Safe to call on every start."""
+def upgrade(database_url: str, revision: str = "heads") -> None:
+    """Apply every migration up to `revision` (default: every newest head). Safe to call on every start."""
     url = _normalise(database_url)
     engine = get_engine(url)
     if engine.dialect.name == "sqlite":
@@ -64,8 +64,9 @@ def upgrade(database_url: str, revision: str = "head") -> None:
 
 
 def current_revision(database_url: str) -> str | None:
-    """The revision the database is at (None before the first upgrade)."""
+    """The revision(s) the database is at, comma-joined (None before the first upgrade)."""
     from alembic.runtime.migration import MigrationContext
 
     with get_engine(_normalise(database_url)).connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        heads = MigrationContext.configure(conn).get_current_heads()
+    return ",".join(sorted(heads)) or None

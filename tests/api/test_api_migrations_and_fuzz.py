@@ -22,8 +22,8 @@ from tests.support.commands import SCHEMATHESIS
 def test_migrations_match_the_models(database_url: str) -> None:
     upgrade(database_url)
     upgrade(database_url)  # a second start finds nothing to do
-    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
-    assert current_revision(database_url) == head
+    heads = ScriptDirectory.from_config(alembic_config()).get_heads()
+    assert current_revision(database_url) == ",".join(sorted(heads))
     with get_engine(database_url).connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), SQLModel.metadata)
     assert diff == [], f"models and migrations disagree; add a revision: {diff}"
