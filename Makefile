@@ -63,9 +63,8 @@ test: $(VENV)/.installed-test web chromium sandbox lint
 test-fast: $(VENV)/.installed-test web
 	$(BIN)/pytest -q -p no:cacheprovider -m "not slow"
 
-bench: $(VENV)/.installed
-	$(BIN)/python bench/trainer_overhead.py
-	$(BIN)/python bench/service.py
+bench: $(VENV)/.installed  # every figure of issue 29 in one table each, beside its baseline (bench/all.py --help)
+	$(BIN)/python bench/all.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) web/node_modules web/static/vendor

@@ -24,20 +24,29 @@ from api.auth import require_auth
 from api.client_limits import ClientLimitsMiddleware, FailureWindow, HostCheckMiddleware
 from api.limits import RequestLimitsMiddleware
 from api.routes import (
+    artifacts,
+    audit,
     checkpoints,
     code,
+    environments,
     health,
     hosts,
+    housekeeping,
     jobs,
     logs,
     metrics,
     operations,
+    outputs,
     priority,
     prometheus,
     schema,
     stream,
+    sweeps,
+    users,
 )
+from core import artifacts as artifact_store
 from core import migrate
+from core.artifacts import sharing
 from core.settings import LOOPBACK_HOSTS, Settings, get_settings
 
 WEB_STATIC = Path(__file__).resolve().parent.parent / "web" / "static"
@@ -71,6 +80,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     _private_data_dir(settings)
     migrate.upgrade(settings.resolved_database_url)
     _private_data_dir(settings)
+    # Workers that find this marker share the runs dir; others upload to the artifact store (docs/storage.md).
+    sharing.mark_api_runs_dir(settings.resolved_runs_dir, artifact_store.open_store(settings).where)
 
     app = FastAPI(
         title="rankzero",
@@ -94,6 +105,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     protected = APIRouter(dependencies=[Depends(require_auth)])
     for module in (jobs, priority, hosts, operations, metrics, checkpoints, logs, stream, schema, code):
         protected.include_router(module.router)
+    for module in (users, audit, housekeeping):  # issue 23: team
+        protected.include_router(module.router)
+    for module in (artifacts, outputs):  # the artifact store (workers upload) and a job's outputs (issue 22)
+        protected.include_router(module.router)
+    protected.include_router(sweeps.router)  # hyperparameter sweeps (issue 24)
+    protected.include_router(environments.router)  # a job's own packages (issue 28)
     app.include_router(health.router, prefix=API_PREFIX)
     app.include_router(protected, prefix=API_PREFIX)
     prometheus.install(app, settings)  # GET /metrics (token) and request timing; a scrape listener if set

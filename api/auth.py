@@ -1,38 +1,52 @@
-"""Who may call the API: a bearer token (CLI, curl) or the dashboard's session cookie.
+"""Who may call the API, and as whom: a bearer token (CLI, curl) or the dashboard's session cookie (issue 23).
 
-The session cookie is HttpOnly and SameSite=Strict. It is signed with a key derived from the API
-token and a server-side sign-out counter (HMAC-SHA256(token, label/generation)), never with the
-token itself: rotating the token signs everyone out, and a leaked cookie tells nothing about the
-token. Signing out increments the counter (`<data dir>/session_generation`, 0600), so every cookie
-issued before stops working, copies included. A session lives `RANKZERO_SESSION_MAX_AGE_S`
-(default 12 h; the signed timestamp is checked server-side). The cookie carries a CSRF secret;
-cookie-authenticated unsafe requests must echo it in the X-CSRF-Token header (the JS reads it from
-the non-HttpOnly `rankzero_csrf` cookie).
-Tokens are compared in constant time.
+A bearer token is the server's own token (RANKZERO_API_TOKEN / <data dir>/api_token: the first admin,
+also what workers use) or a user's token (core/users.py: stored as SHA-256, revocable). Either way
+the request runs as a `Principal` (user, role), which routes read through `CurrentUser` and guard
+with `require_role` (api/deps.py). A viewer's unsafe request (POST, PATCH, DELETE…) is refused here,
+once for every route: 403 naming the role it needs.
+
+The session cookie is HttpOnly and SameSite=Strict and carries, signed, the id of one row of
+`web_sessions`. It is signed with a key derived from the server token (HMAC-SHA256(token, label)),
+never with the token itself: rotating the token signs everyone out, and a leaked cookie tells
+nothing about the token. Signing out deletes that session's row only (other browsers stay signed
+in); revoking a token deletes every session opened with it. A session lives
+`RANKZERO_SESSION_MAX_AGE_S` (default 12 h; checked server-side from the row). The row holds a CSRF
+secret; cookie-authenticated unsafe requests must echo it in the X-CSRF-Token header (the JS reads it
+from the non-HttpOnly `rankzero_csrf` cookie). Tokens are compared in constant time (the server
+token) or by their SHA-256 in an indexed lookup (users' tokens).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import os
-import secrets
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Callable, Mapping
+from time import monotonic
 from typing import Annotated, Literal
 
 from fastapi import Depends, HTTPException, Request, Response, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from itsdangerous import BadSignature, URLSafeTimedSerializer
+from sqlmodel import Session
 from starlette.requests import cookie_parser
 
-from core.settings import Settings, write_private
+from core import users
+from core.db import get_engine
+from core.settings import Settings
+from core.users import Principal, Role
 
 SESSION_COOKIE = "rankzero_session"
 CSRF_COOKIE = "rankzero_csrf"
 CSRF_HEADER = "X-CSRF-Token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-_SESSION_KEY_LABEL = b"rankzero/session-cookie/v1"
+_SESSION_KEY_LABEL = b"rankzero/session-cookie/v2"
+# Users' tokens seen valid lately, for the cheap pre-checks that run before a body is read (api/limits.py,
+# api/client_limits.py); the authoritative check (`require_auth`) always reads the table, so a revoked
+# token is refused at once and only its pre-check lags by this much.
+_KNOWN_TTL_S = 30.0
+_KNOWN_MAX = 4096
+_known_tokens: dict[str, float] = {}
 
 AuthMethod = Literal["bearer", "session"]
 
@@ -46,44 +60,69 @@ def token_matches(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode(), expected.encode())
 
 
-def session_key(token: str, generation: int = 0) -> bytes:
-    """The cookie-signing key: HMAC-SHA256(token, label + generation); the token itself signs nothing."""
-    return hmac.new(token.encode(), b"%s/%d" % (_SESSION_KEY_LABEL, generation), hashlib.sha256).digest()
-
-
-def _generation_file(settings: Settings) -> Path:
-    return settings.data_dir / "session_generation"
-
-
-def session_generation(settings: Settings) -> int:
-    """The sign-out counter (0 before the first sign-out); every sign-out increments it."""
-    try:
-        return int(_generation_file(settings).read_text().strip() or 0)
-    except (OSError, ValueError):
-        return 0
-
-
-def _bump_generation(settings: Settings) -> None:
-    """Revoke every session cookie issued so far: the key they were signed with is gone."""
-    settings.ensure_data_dir()
-    path = _generation_file(settings)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
-    write_private(tmp, str(session_generation(settings) + 1))
-    os.replace(tmp, path)
+def session_key(token: str) -> bytes:
+    """The cookie-signing key: HMAC-SHA256(token, label); the token itself signs nothing."""
+    return hmac.new(token.encode(), _SESSION_KEY_LABEL, hashlib.sha256).digest()
 
 
 def _serializer(settings: Settings) -> URLSafeTimedSerializer:
-    key = session_key(settings.token(), session_generation(settings))
-    return URLSafeTimedSerializer(secret_key=key, salt="rankzero-session")
+    return URLSafeTimedSerializer(secret_key=session_key(settings.token()), salt="rankzero-session")
 
 
-def issue_session(response: Response, settings: Settings, *, secure: bool = False) -> None:
-    """Sign the browser in: set the session cookie and its CSRF companion."""
-    csrf = secrets.token_urlsafe(32)
+def _db(settings: Settings) -> Session:
+    return Session(get_engine(settings.resolved_database_url))
+
+
+# --- bearer tokens ----------------------------------------------------------------------------------------
+
+
+def bearer_principal(given: str, settings: Settings) -> Principal | None:
+    """Who a bearer token is: the first admin for the server token, a user for one of theirs, else None."""
+    given = given.strip()
+    if not given or len(given) > 512:
+        return None
+    with _db(settings) as db:
+        if token_matches(given, settings.token()):
+            return users.first_admin(db)
+        who = users.authenticate(db, given)
+    if who is not None:
+        _remember(given)
+    return who
+
+
+def _remember(token: str) -> None:
+    if len(_known_tokens) >= _KNOWN_MAX:
+        _known_tokens.clear()
+    _known_tokens[users.token_sha256(token)] = monotonic() + _KNOWN_TTL_S
+
+
+def bearer_known(given: str, settings: Settings) -> bool:
+    """Cheap: the server token, or a user's token seen valid in the last seconds, or (first sight) its row."""
+    given = given.strip()
+    if token_matches(given, settings.token()):
+        return True
+    until = _known_tokens.get(users.token_sha256(given))
+    if until is not None and until > monotonic():
+        return True
+    return bearer_principal(given, settings) is not None
+
+
+def forget_tokens() -> None:
+    """After a revocation: the pre-checks read the table again."""
+    _known_tokens.clear()
+
+
+# --- dashboard sessions -----------------------------------------------------------------------------------
+
+
+def issue_session(response: Response, settings: Settings, who: Principal, *, secure: bool = False) -> None:
+    """Sign the browser in as `who`: a new session row, its cookie and the CSRF companion."""
+    with _db(settings) as db:
+        sid, csrf = users.open_session(db, who, settings.session_max_age_s)
     max_age = settings.session_max_age_s
     response.set_cookie(
         SESSION_COOKIE,
-        _serializer(settings).dumps({"csrf": csrf}),
+        _serializer(settings).dumps({"sid": sid}),
         max_age=max_age,
         httponly=True,
         samesite="strict",
@@ -93,30 +132,46 @@ def issue_session(response: Response, settings: Settings, *, secure: bool = Fals
     response.set_cookie(CSRF_COOKIE, csrf, max_age=max_age, httponly=False, samesite="strict", secure=secure, path="/")
 
 
-def _session_csrf(raw: str | None, settings: Settings) -> str | None:
-    """The CSRF secret of a valid, unexpired, not signed-out session cookie, else None."""
+def _session_id(raw: str | None, settings: Settings) -> str | None:
     if not raw or len(raw) > 1024:
         return None
     try:
         data = _serializer(settings).loads(raw, max_age=settings.session_max_age_s)
     except BadSignature:
         return None
-    csrf = data.get("csrf") if isinstance(data, dict) else None
-    return csrf if isinstance(csrf, str) else None
+    sid = data.get("sid") if isinstance(data, dict) else None
+    return sid if isinstance(sid, str) and len(sid) <= 64 else None
+
+
+def _session(raw: str | None, settings: Settings) -> tuple[Principal, str] | None:
+    """The user and CSRF secret of a valid, unexpired, not signed-out session cookie, else None."""
+    sid = _session_id(raw, settings)
+    if sid is None:
+        return None
+    with _db(settings) as db:
+        return users.session_user(db, sid, settings.session_max_age_s)
+
+
+def session_of(request: Request, settings: Settings) -> tuple[Principal, str] | None:
+    """The user and CSRF secret of the request's session cookie, None when there is no valid session."""
+    return _session(request.cookies.get(SESSION_COOKIE), settings)
 
 
 def session_csrf(request: Request, settings: Settings) -> str | None:
     """The CSRF secret of a valid session cookie, or None when there is no valid session."""
-    return _session_csrf(request.cookies.get(SESSION_COOKIE), settings)
+    found = session_of(request, settings)
+    if found is None:
+        return None
+    request.state.principal = found[0]  # the pages' templates show admins their links (base.html)
+    return found[1]
 
 
 def end_session(request: Request, response: Response, settings: Settings) -> None:
-    """Sign out: revoke the session server-side (a copied cookie stops working) and clear the cookies.
-
-    Revocation bumps the sign-out generation, which signs out every browser: one token, one user.
-    """
-    if session_csrf(request, settings) is not None:
-        _bump_generation(settings)
+    """Sign out this browser: its session row goes (a copied cookie stops working); other sessions stay."""
+    sid = _session_id(request.cookies.get(SESSION_COOKIE), settings)
+    if sid is not None:
+        with _db(settings) as db:
+            users.close_session(db, sid)
     clear_session(response)
 
 
@@ -126,46 +181,83 @@ def clear_session(response: Response) -> None:
 
 
 def has_credentials(headers: Mapping[bytes, bytes], settings: Settings) -> bool:
-    """Whether raw ASGI headers carry the right bearer token or a valid session cookie.
+    """Whether raw ASGI headers carry a known bearer token or a valid session cookie.
 
-    Cheap (one HMAC, one stat) and run before any body is read, so a request without credentials
-    never gets to make the server buffer or scan a large body.
+    Cheap (an HMAC, a cache hit or one indexed row) and run before any body is read, so a request
+    without credentials never gets to make the server buffer or scan a large body.
     """
     scheme, _, given = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
     if scheme.lower() == "bearer" and given.strip():
-        return token_matches(given.strip(), settings.token())
+        return bearer_known(given, settings)
     cookie = headers.get(b"cookie")
     if not cookie or len(cookie) > 8192:
         return False
-    return _session_csrf(cookie_parser(cookie.decode("latin-1")).get(SESSION_COOKIE), settings) is not None
+    return _session(cookie_parser(cookie.decode("latin-1")).get(SESSION_COOKIE), settings) is not None
 
 
 # Declares the bearer scheme in the OpenAPI (the /docs "Authorize" button); the check is below.
-_bearer_scheme = HTTPBearer(auto_error=False, description="The API token (`rankzero up` prints it).")
+_bearer_scheme = HTTPBearer(auto_error=False, description="Your API token (`rankzero users add` or `rankzero up`).")
+
+
+def forbidden(needed: Role, who: Principal, what: str) -> HTTPException:
+    """The 403 of every refusal: which role it needs, and who asked."""
+    return HTTPException(
+        status.HTTP_403_FORBIDDEN, f"{what} needs role {needed}; {who.name} is {who.role}: ask an admin"
+    )
 
 
 def require_auth(
     request: Request,
     settings: Annotated[Settings, Depends(app_settings)],
     _declared: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer_scheme)] = None,
-) -> AuthMethod:
-    """Dependency for every /api route but /health."""
+) -> Principal:
+    """Dependency for every /api route but /health: who calls. Viewers are refused any unsafe method."""
     header = request.headers.get("authorization", "")
     scheme, _, given = header.partition(" ")
     if scheme.lower() == "bearer" and given:
-        if token_matches(given.strip(), settings.token()):
-            return "bearer"
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "invalid API token", headers={"WWW-Authenticate": "Bearer"})
-    csrf = session_csrf(request, settings)
-    if csrf is None:
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            "missing credentials: send 'Authorization: Bearer <token>' (see `rankzero up` output) or sign in",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-    if request.method not in SAFE_METHODS and not token_matches(request.headers.get(CSRF_HEADER, ""), csrf):
-        raise HTTPException(status.HTTP_403_FORBIDDEN, f"missing or wrong {CSRF_HEADER} header for a cookie session")
-    return "session"
+        who = bearer_principal(given, settings)
+        if who is None:
+            raise HTTPException(
+                status.HTTP_401_UNAUTHORIZED, "invalid or revoked API token", headers={"WWW-Authenticate": "Bearer"}
+            )
+    else:
+        found = session_of(request, settings)
+        if found is None:
+            raise HTTPException(
+                status.HTTP_401_UNAUTHORIZED,
+                "missing credentials: send 'Authorization: Bearer <token>' (see `rankzero up` output) or sign in",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        who, csrf = found
+        if request.method not in SAFE_METHODS and not token_matches(request.headers.get(CSRF_HEADER, ""), csrf):
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN, f"missing or wrong {CSRF_HEADER} header for a cookie session"
+            )
+    if request.method not in SAFE_METHODS and not who.at_least("member"):
+        raise forbidden("member", who, f"{request.method} {request.url.path}")
+    request.state.principal = who
+    return who
 
 
-AuthDep = Annotated[AuthMethod, Depends(require_auth)]
+def require_role(role: Role) -> Callable[..., Principal]:
+    """A dependency admitting callers of `role` or stronger; 403 naming the role for the rest."""
+
+    def check(request: Request, who: Annotated[Principal, Depends(require_auth)]) -> Principal:
+        if not who.at_least(role):
+            raise forbidden(role, who, f"{request.method} {request.url.path}")
+        return who
+
+    return check
+
+
+def may_change_job(who: Principal, owner_id: int | None, job_id: int, what: str) -> None:
+    """Members change only their own jobs; admins any. 403 otherwise (viewers never get here)."""
+    if who.role == "admin" or (owner_id is not None and owner_id == who.user_id):
+        return
+    raise HTTPException(
+        status.HTTP_403_FORBIDDEN,
+        f"{what} job {job_id} needs role admin (or being its owner); {who.name} is {who.role} and does not own it",
+    )
+
+
+AuthDep = Annotated[Principal, Depends(require_auth)]

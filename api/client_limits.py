@@ -28,7 +28,7 @@ from time import monotonic
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.auth import token_matches
+from api.auth import bearer_known
 from core.settings import Settings
 
 WINDOW_S = 60.0
@@ -118,7 +118,7 @@ class ClientLimitsMiddleware:
             if wait is not None:
                 await _reply(send, 429, throttled_detail(wait), wait)
                 return
-            if not token_matches(given, self.settings.token()):
+            if not bearer_known(given, self.settings):  # the server token or a user's (api/auth.py)
                 self.failures.record(client, self.clock())
         if STREAM_PATH.match(scope.get("path", "")):
             await self._stream(client, scope, receive, send)

@@ -1,4 +1,5 @@
-"""Dependencies shared by the route modules: the settings, a database session, a job looked up by id."""
+"""Dependencies shared by the route modules: the settings, a database session, a job looked up by id, and
+who calls (`CurrentUser`, `Member`, `Admin`: api/auth.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,16 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Path, status
 from sqlmodel import Session
 
-from api.auth import app_settings
+from api.auth import app_settings, require_auth, require_role
 from core.db import get_engine
 from core.settings import Settings
 from core.tables import Job
+from core.users import Principal
 
 SettingsDep = Annotated[Settings, Depends(app_settings)]
+CurrentUser = Annotated[Principal, Depends(require_auth)]  # anyone signed in (viewers only read: api/auth.py)
+Member = Annotated[Principal, Depends(require_role("member"))]
+Admin = Annotated[Principal, Depends(require_role("admin"))]
 
 # Ids are positive 32-bit integers: anything else is a 422 before the database sees it.
 MAX_ID = 2**31 - 1

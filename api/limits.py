@@ -38,6 +38,8 @@ OPEN_BODY_PATHS = frozenset({"/login", "/logout"})
 # POST bodies these routes stream themselves, with their own size and time limits (a code bundle is
 # up to RANKZERO_MAX_BUNDLE_BYTES): passed through unbuffered, and only to a caller with credentials.
 STREAMED_BODY_PATHS = frozenset({"/api/code"})
+# Worker uploads to the artifact store (api/routes/artifacts.py): streamed, checked by sha256 and size there.
+STREAMED_BODY_PREFIXES = ("/api/artifacts/jobs/",)
 
 
 def _outside_strings(body: bytes) -> bytes:
@@ -166,7 +168,9 @@ class RequestLimitsMiddleware:
 
     def _streamed(self, scope: Scope, headers: dict[bytes, bytes]) -> bool:
         """A POST to a STREAMED_BODY_PATHS route from a caller with credentials; without them, 401 unread."""
-        if scope.get("method") != "POST" or scope.get("path") not in STREAMED_BODY_PATHS:
+        path = str(scope.get("path", ""))
+        streamed = path in STREAMED_BODY_PATHS or path.startswith(STREAMED_BODY_PREFIXES)
+        if scope.get("method") != "POST" or not streamed:
             return False
         if not has_credentials(headers, self.settings):
             raise _Refused(

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -26,10 +27,10 @@ class JobPublic(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     worker_host: str | None
-    step: int
+    step: int | None = Field(description="Optimizer steps done; null: a script job that never reported one.")
     total_steps: int | None
-    epoch: int
-    samples: int
+    epoch: int | None = Field(description="The epoch; null: a script job that never reported one.")
+    samples: int | None = Field(description="Samples seen by all ranks; null: a script job that never reported them.")
     samples_per_s: float | None
     eta_s: float | None
     latest_loss: float | None
@@ -44,9 +45,20 @@ class JobPublic(BaseModel):
     )
     host_losses: int = Field(0, description="Times the job resumed after losing a host (not counted as restarts).")
     restarts_used: int = Field(0, description="Failed attempts restarted so far (spec.max_restarts bounds them).")
+    # --- team (issue 23) ---
+    owner_id: int | None = Field(None, description="The id of the user who submitted it.")
+    owner: str | None = Field(None, description="The name of the user who submitted it.")
+    archived: bool = Field(False, description="Hidden from the default list (GET /api/jobs?archived=true shows it).")
+    tags: list[str] = Field(default_factory=list, description="Labels to filter by (GET /api/jobs?tag=).")
+    note: str | None = Field(None, description="Free text about the run.")
+    # --- a job run by Slurm (issue 26; docs/slurm.md) ---
+    backend_job_id: str | None = Field(
+        None, description="The Slurm job id of a job of a Slurm pool (worker_host: 'slurm:<pool>'); null otherwise."
+    )
 
     @classmethod
-    def from_row(cls, job: Job) -> JobPublic:
+    def from_row(cls, job: Job, owners: Mapping[int, str] | None = None) -> JobPublic:
+        """`owners`: user id -> name, for the owner's name (api/routes/jobs.py `owner_names`)."""
         strategy, global_batch = _summary_of(job)
         return cls(
             id=_saved_id(job.id),
@@ -59,10 +71,10 @@ class JobPublic(BaseModel):
             started_at=job.started_at,
             finished_at=job.finished_at,
             worker_host=job.worker_host,
-            step=job.step,
+            step=_reported(job, job.step),
             total_steps=job.total_steps,
-            epoch=job.epoch,
-            samples=job.samples,
+            epoch=_reported(job, job.epoch),
+            samples=_reported(job, job.samples),
             samples_per_s=_finite(job.samples_per_s),
             eta_s=_finite(job.eta_s),
             latest_loss=_finite(job.latest_loss),
@@ -71,10 +83,17 @@ class JobPublic(BaseModel):
             exit_code=job.exit_code,
             global_batch_size=global_batch,
             priority=job.priority or 0,
-            pending_reason=job.pending_reason if job.status == JobStatus.queued else None,
+            # A Slurm pool's job waits in Slurm's queue while `starting`: Slurm's reason, in words (worker/slurm/).
+            pending_reason=job.pending_reason if job.status in (JobStatus.queued, JobStatus.starting) else None,
             placement=_public_placement(job),
             host_losses=job.host_losses or 0,
             restarts_used=job.restarts_used or 0,
+            owner_id=job.owner_id,
+            owner=(owners or {}).get(job.owner_id) if job.owner_id is not None else None,
+            archived=bool(job.archived),
+            tags=list(job.tags or []),
+            note=job.note,
+            backend_job_id=job.backend_job_id,
         )
 
 
@@ -100,6 +119,12 @@ def _finite(value: float | None) -> float | None:
 _SUMMARIES: OrderedDict[tuple[Any, ...], tuple[str, int]] = OrderedDict()
 _SUMMARIES_MAX = 4096
 _summaries_lock = threading.Lock()
+
+
+def _reported(job: Job, count: int) -> int | None:
+    """A script job's count that nobody reported (no rankzero.progress / log, TensorBoard or console step:
+    the row's 0) is null, "not reported"; the built-in trainer always reports its own."""
+    return None if count == 0 and isinstance(job.spec, dict) and job.spec.get("entrypoint") else count
 
 
 def _summary_of(job: Job) -> tuple[str, int]:
@@ -212,6 +237,22 @@ class LogChunk(BaseModel):
     text: str
 
 
+class ConsoleLinePublic(BaseModel):
+    rank: int
+    stream: Literal["stdout", "stderr"]
+    time: float = Field(description="Unix time by which the line had been written (to within a worker tick).")
+    text: str = Field(description="The line, without its newline.")
+
+
+class ConsoleChunk(BaseModel):
+    """Every rank's stdout and stderr merged in time order (core/console_log.py)."""
+
+    lines: list[ConsoleLinePublic]
+    cursor: str = Field(description="Pass back as `cursor` to read on from here (follow).")
+    ranks: list[int] = Field(description="Ranks whose logs were merged.")
+    more_ranks: bool = Field(description="True when the job has more logs than one merged view reads (see one rank).")
+
+
 class Health(BaseModel):
     status: str
     database: str
@@ -235,8 +276,27 @@ class CodeFile(BaseModel):
     size: int
 
 
+class LeftOutFile(BaseModel):
+    """A path `rankzero submit --code` left out of the upload, and the ignore file line that did (issue 27)."""
+
+    path: str  # relative to the code folder; a folder ends with "/"
+    bytes: int
+    files: int
+    ignore_file: str  # ".gitignore", "data/.rankzeroignore"
+    line: int
+    pattern: str
+
+
+class LeftOutRecord(BaseModel):
+    """PUT /api/code/{sha256}/left-out's answer: how many entries were kept."""
+
+    entries: int
+
+
 class CodeFiles(CodeBundle):
     paths: list[CodeFile]
+    # What the upload left out, largest first (the CLI records it in the bundle; [] for other uploads).
+    left_out: list[LeftOutFile] = []
 
 
 class HostJob(BaseModel):
@@ -260,6 +320,22 @@ class HostPublic(BaseModel):
     drain_requested: bool = False  # an operator's drain (`rankzero hosts drain`), kept until undrained
     drain_note: str | None = None
     gpu_faults: dict[str, str] = {}  # GPUs out of placement (failing health checks), with why
+    # Where its jobs' files go (core/artifacts/sharing.py): "shared" runs dir, "store" (uploads), "unknown".
+    storage: Literal["shared", "store", "unknown"] = "unknown"
+    storage_note: str = ""  # the same in words, for the Hosts page
+
+
+class SlurmNodePublic(BaseModel):
+    """A node of a Slurm pool's cluster, as `sinfo` last showed it (`rankzero slurm-agent` refreshes it)."""
+
+    pool: str
+    node: str
+    partition: str
+    state: str = Field(description="Slurm's node state: idle, mixed, allocated, drained, down, ...")
+    reason: str | None = Field(None, description="Why it is drained or down, as Slurm says.")
+    cpus: str
+    gres: str = Field(description="Generic resources, e.g. gpu:a100:4 ('(null)': none).")
+    seen_at: datetime
 
 
 class PriorityChange(BaseModel):
@@ -299,3 +375,29 @@ class Meta(BaseModel):
 
     states: StateSets
     limits: ServerLimits
+
+
+# --- a job's own packages (issue 28; worker/environments/) ---
+
+
+class EnvironmentPackage(BaseModel):
+    name: str
+    version: str
+
+
+class JobEnvironmentPublic(BaseModel):
+    """A job's own Python packages: the lock its first build resolved (every node, restart and resume installs
+    it), how the last preparation went, and the tail of uv's output."""
+
+    job_id: int
+    state: Literal["resolving", "building", "ready", "failed"]
+    packages: list[EnvironmentPackage]
+    own_torch: bool
+    python: str | None
+    torch: str | None
+    cached: bool
+    prepare_s: float | None
+    size_bytes: int | None
+    error: str | None
+    resolved_at: datetime | None
+    log_tail: str

@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 from sqlmodel import Session, col
 
 from core import bundles, capacity, code_policy
+from core.backends import BackendKind, backend_of_pool
 from core.db import get_engine
 from core.paths import UnsafePath, inside_dataset_roots, inside_runs_dir, run_dir_of
 from core.settings import Settings
@@ -85,6 +86,16 @@ def check_entrypoint(spec: JobSpec, settings: Settings) -> None:
         )
 
 
+def check_environment(spec: JobSpec, settings: Settings) -> None:
+    """A job's own packages (spec `environment`, issue 28) only where the admin allows them."""
+    if spec.environment is not None and settings.environments == "off":
+        raise SpecRefused(
+            ("body", "environment"),
+            "user environments are turned off on this server (RANKZERO_ENVIRONMENTS=off): remove `environment`, "
+            "or ask its admin for the packages",
+        )
+
+
 def check_user_code(spec: JobSpec, settings: Settings) -> None:
     refusal = code_policy.user_code_refusal(spec, settings)
     if refusal is not None:
@@ -111,7 +122,7 @@ def check_resume_fits(spec: JobSpec, settings: Settings) -> None:
     Read from the `checkpoints` row and its job's spec (never the file): the trainer would refuse the
     batch only once the job runs, and a max_steps at or below the checkpoint's step "succeeds" at once.
     """
-    if spec.resume_from is None:
+    if spec.resume_from is None or spec.is_script:  # a script chooses its own batch and length
         return
     path = Path(spec.resume_from)  # resolved inside the runs dir by check_resume_from
     run_dir = path.parent.parent
@@ -173,6 +184,8 @@ def check_data_paths(spec: JobSpec, settings: Settings) -> JobSpec:
 
 
 def check_capacity(spec: JobSpec, settings: Settings) -> None:
+    if backend_of_pool(settings.queue, settings) is BackendKind.slurm:
+        return  # a Slurm pool has no hosts of rankzero's: Slurm decides what fits (docs/slurm.md)
     reason = capacity.check_fits(spec, settings)
     if reason:
         field = "nnodes" if spec.nnodes > 1 and "nnodes" in reason else "nproc"
@@ -291,6 +304,7 @@ def apply(spec: JobSpec, settings: Settings) -> JobSpec:
     check_plain_text(spec)
     check_code(spec, settings)
     check_entrypoint(spec, settings)
+    check_environment(spec, settings)
     check_user_code(spec, settings)
     spec = check_resume_from(spec, settings)
     check_resume_fits(spec, settings)

@@ -83,7 +83,7 @@ def tree_ticks(root: int) -> dict[int, int]:
 
 
 class Up:
-    def __init__(self, repo: Path, tmp: Path) -> None:
+    def __init__(self, repo: Path, tmp: Path, trainer_module: str | None = "tests.support.fake_trainer") -> None:
         self.repo, self.tmp, self.port = repo, tmp, free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("RANKZERO_")}
         env |= {
@@ -92,9 +92,10 @@ class Up:
             "RANKZERO_DATA_DIR": str(tmp / "data"),
             "RANKZERO_API_TOKEN": TOKEN,
             "RANKZERO_GPUS": "",
-            "RANKZERO_TRAINER_MODULE": "tests.support.fake_trainer",
             "OMP_NUM_THREADS": "1",
         }
+        if trainer_module is not None:  # None: the real trainer (bench/worker_cpu.py)
+            env["RANKZERO_TRAINER_MODULE"] = trainer_module
         self.log = open(tmp / "up.log", "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "up", "--port", str(self.port)],

@@ -1,6 +1,7 @@
 """The scheduler's placement decision (core/placement.py `plan`) and, later, submit → first step (issue 10).
 
-    .venv/bin/python bench/scheduler.py [--jobs 1000] [--hosts 50] [--running 200] [--passes 30] [--seed 1]
+    .venv/bin/python bench/scheduler.py [--jobs 1000] [--hosts 50] [--running 200] [--users 20] [--passes 30]
+        [--seed 1] [--no-service]
 
 1. Placement decision time: one `plan()` pass over `--jobs` queued jobs (mixed sizes, priorities, devices;
    ~15 % elastic, ~8 % multi-node) on `--hosts` simulated hosts (⅗ GPU hosts with 2/4/8 GPUs on two
@@ -11,6 +12,9 @@
      - plan, all distinct shapes: every job a shape of its own (no two alike: the memo cannot help), the
        worst case for the per-shape caches;
      - plan, 100 jobs: the same hosts and usage, a tenth of the queue;
+     - plan, fair share + quotas (issue 23): the full case's jobs and running jobs owned by `--users` users
+       (round robin), each member with a quota (8 GPUs, 32 slots) and a recorded usage, the pass ordering
+       equal priorities by fair share and holding back jobs past their owner's quota;
      - naive first fit: the baseline, one loop over jobs × hosts taking the first host with room (no
        best fit, gang, reservations, elastic, preemption or reasons): the floor of any per-job pass.
    Each row: median / p95 / max over `--passes` passes, and its median as a ratio of the full case's.
@@ -38,7 +42,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from core.placement import HostView, NodeUse, Usage, Waiting, plan  # noqa: E402
+from dataclasses import replace  # noqa: E402
+
+from core.placement import HostView, NodeUse, Team, Usage, Waiting, plan  # noqa: E402
+from core.quotas import Quota  # noqa: E402
 from trainer.spec import JobSpec  # noqa: E402
 
 TARGET_MS = 50.0
@@ -161,6 +168,13 @@ def placement_decision(args: argparse.Namespace) -> None:
     waiting = make_waiting(args.jobs, rng)
     distinct = make_waiting(args.jobs, random.Random(args.seed + 1), distinct=True)
     full = plan(waiting, hosts, usage)
+    owned = [replace(w, owner=w.job_id % args.users + 1) for w in waiting]
+    owned_usage = [replace(u, owner=u.job_id % args.users + 1) for u in usage]
+    team = Team(
+        quotas={uid: Quota(f"user{uid}", max_gpus=8, max_slots=32) for uid in range(2, args.users + 1)},  # 1: admin
+        usage={uid: rng.random() * 50_000 for uid in range(1, args.users + 1)},
+    )
+    fair = plan(owned, hosts, owned_usage, team)
     print(
         f"\n1. placement decision: {len(waiting)} queued, {len(hosts)} hosts "
         f"({sum(1 for h in hosts if h.gpus)} GPU, {sum(len(h.gpus) for h in hosts)} GPUs, "
@@ -173,6 +187,7 @@ def placement_decision(args: argparse.Namespace) -> None:
         (f"plan, {len(waiting)} jobs", lambda: plan(waiting, hosts, usage)),
         (f"plan, {len(distinct)} jobs, all distinct shapes", lambda: plan(distinct, hosts, usage)),
         (f"plan, {len(waiting) // 10} jobs", lambda: plan(waiting[: len(waiting) // 10], hosts, usage)),
+        (f"plan, fair share + quotas, {args.users} users", lambda: plan(owned, hosts, owned_usage, team)),
         (f"naive first fit, {len(waiting)} jobs (baseline)", lambda: naive_first_fit(waiting, hosts, usage)),
     ]
     results = [(name, *time_passes(fn, args.passes)) for name, fn in rows]
@@ -196,6 +211,11 @@ def placement_decision(args: argparse.Namespace) -> None:
     print(
         f"\nms; {args.passes} passes per row after one warm-up, gc collected before each; × full: wall median / the "
         "full case's;\nok/OVER: p95 (wall, cpu) against the target"
+    )
+    quota_waits = sum(1 for r in fair.pending.values() if r.startswith("quota:"))
+    print(
+        f"fair share + quotas: places {len(fair.placements)}, {quota_waits} of {len(fair.pending)} pending wait for "
+        "their owner's quota"
     )
     print("Sample pending reasons:")
     for job_id, reason in list(full.pending.items())[:: max(1, len(full.pending) // 5)][:5]:
@@ -294,6 +314,7 @@ def main(argv: list[str]) -> None:
     p.add_argument("--hosts", type=int, default=50)
     p.add_argument("--running", type=int, default=200)
     p.add_argument("--passes", type=int, default=30)
+    p.add_argument("--users", type=int, default=20, help="owners of the jobs in the fair-share row")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--starts", type=int, default=3, help="submit → first step runs of each shape")
     p.add_argument("--no-service", action="store_true", help="only the placement pass (section 1)")

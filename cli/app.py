@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.text import Text
 
 from cli.client import Api, CliError, locate
-from core.settings import Settings
+
+if TYPE_CHECKING:  # imported where used: `rankzero --help` and a command's start need no settings (issue 29)
+    from core.settings import Settings
 
 T = TypeVar("T")
 
@@ -57,6 +58,10 @@ def fail(message: str, code: int = 1) -> NoReturn:
 
 def load_settings(**overrides: Any) -> Settings:
     """Settings from the environment (+ overrides); an invalid one (a short RANKZERO_API_TOKEN) exits 2 saying why."""
+    from pydantic import ValidationError
+
+    from core.settings import Settings
+
     try:
         return Settings(**overrides)
     except ValidationError as exc:

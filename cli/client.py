@@ -2,10 +2,14 @@
 or the instance the environment's settings describe; every failure becomes a message that says what to do.
 
 Finding the instance (`locate`): the URL is --url / RANKZERO_URL, else RANKZERO_HOST / RANKZERO_PORT when
-set, else what the running `rankzero up` / `rankzero api` of RANKZERO_DATA_DIR recorded in
+set, else the profile `rankzero login` saved (RANKZERO_PROFILE, else the last one logged in to), else
+what the running `rankzero up` / `rankzero api` of RANKZERO_DATA_DIR recorded in
 `<data dir>/server.json` (so `up --port 9000` is found), else the default settings. The token is
---token / RANKZERO_API_TOKEN, else `<data dir>/api_token`, read and never written: only `up` and
-`api` create one.
+--token / RANKZERO_API_TOKEN, else the profile's (when the URL is the profile's), else
+`<data dir>/api_token`, read and never written: only `up` and `api` create one.
+
+Profiles (issue 23) live in `profiles.json` in RANKZERO_CONFIG_DIR (default $XDG_CONFIG_HOME/rankzero,
+else ~/.config/rankzero), a folder 0700 and a file 0600, replaced atomically.
 """
 
 from __future__ import annotations
@@ -16,11 +20,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
+if TYPE_CHECKING:  # imported where used: `rankzero --help` and a command's start need neither (issue 29)
+    import httpx
 
-from core.settings import Settings, check_token_strength, write_private
+    from core.settings import Settings
 
 SERVER_FILE = "server.json"
 
@@ -65,6 +70,8 @@ def _alive(pid: int) -> bool:
 
 def record_server(settings: Settings, url: str) -> Path:
     """`up` / `api`: say in the data dir where this instance listens (owner-only; replaced atomically)."""
+    from core.settings import write_private
+
     settings.ensure_data_dir()
     path = settings.data_dir / SERVER_FILE
     tmp = path.with_name(f".{SERVER_FILE}.{os.getpid()}")
@@ -94,18 +101,71 @@ def recorded_url(settings: Settings) -> str | None:
     return url if isinstance(url, str) and _alive(pid) else None
 
 
+PROFILES_FILE = "profiles.json"
+PROFILE_NAME = r"^[A-Za-z0-9._-]{1,40}$"
+
+
+def config_dir() -> Path:
+    if explicit := os.environ.get("RANKZERO_CONFIG_DIR"):
+        return Path(explicit)
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "rankzero"
+
+
+def read_profiles() -> dict[str, Any]:
+    """{"default": name, "profiles": {name: {"url", "token"}}}; empty when there is no (readable) file."""
+    try:
+        data = json.loads((config_dir() / PROFILES_FILE).read_text())
+    except (OSError, ValueError):
+        return {"default": None, "profiles": {}}
+    if not isinstance(data, dict) or not isinstance(data.get("profiles"), dict):
+        return {"default": None, "profiles": {}}
+    return data
+
+
+def write_profiles(data: dict[str, Any]) -> Path:
+    """Save the profiles owner-only (the folder 0700, the file 0600), replacing the file atomically."""
+    folder = config_dir()
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    folder.chmod(0o700)
+    path = folder / PROFILES_FILE
+    from core.settings import write_private
+
+    tmp = path.with_name(f".{PROFILES_FILE}.{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    write_private(tmp, json.dumps(data, indent=2))
+    tmp.replace(path)
+    return path
+
+
+def saved_profile() -> tuple[str, dict[str, str]] | None:
+    """The profile in use: RANKZERO_PROFILE's, else the default one; None when there is none."""
+    data = read_profiles()
+    name = os.environ.get("RANKZERO_PROFILE") or data.get("default")
+    profile = data["profiles"].get(name) if isinstance(name, str) else None
+    if os.environ.get("RANKZERO_PROFILE") and profile is None:
+        raise CliError(f"no profile {name!r} in {config_dir() / PROFILES_FILE}: `rankzero login URL --profile {name}`")
+    ok = isinstance(profile, dict) and isinstance(profile.get("url"), str) and isinstance(profile.get("token"), str)
+    return (str(name), profile) if ok else None  # pyright: ignore[reportReturnType]  (checked: dict of str)
+
+
 def locate(settings: Settings, url: str | None = None, token: str | None = None) -> Instance:
     """The server and token of the instance `settings` (the environment) describes. Never writes a file."""
+    profile = None
     if url:
         url_from = "--url / RANKZERO_URL"
     elif named := _env_names("RANKZERO_HOST", "RANKZERO_PORT"):
         url, url_from = default_url(settings), " / ".join(named)
+    elif profile := saved_profile():
+        url, url_from = profile[1]["url"], f"profile {profile[0]} ({config_dir() / PROFILES_FILE})"
     elif found := recorded_url(settings):
         url, url_from = found, str(settings.data_dir / SERVER_FILE)
     else:
         url, url_from = default_url(settings), "the default settings"
     if token:
         token_from = "--token / RANKZERO_API_TOKEN"
+    elif profile is not None:
+        token, token_from = profile[1]["token"], f"profile {profile[0]}"
     elif settings.api_token is not None:
         token, token_from = settings.api_token.get_secret_value(), "RANKZERO_API_TOKEN"
     else:
@@ -118,6 +178,8 @@ def locate(settings: Settings, url: str | None = None, token: str | None = None)
                 "RANKZERO_DATA_DIR to the data dir of the server's `rankzero up`, or pass --token / set "
                 "RANKZERO_API_TOKEN"
             ) from None
+        from core.settings import check_token_strength
+
         try:
             token = check_token_strength(text, source=str(path))
         except ValueError as exc:
@@ -130,6 +192,8 @@ class Api:
     def __init__(self, url: str, token: str, timeout: float = 30.0, *, instance: Instance | None = None) -> None:
         self.url = url.rstrip("/")
         self.instance = instance
+        import httpx
+
         self.http = httpx.Client(
             base_url=self.url + "/api", headers={"Authorization": f"Bearer {token}"}, timeout=timeout
         )
@@ -150,6 +214,15 @@ class Api:
         return r
 
     def request(self, method: str, path: str, **kw: Any) -> Any:
+        return self._send(method, path, **kw).json()
+
+    def request_empty(self, method: str, path: str, **kw: Any) -> None:
+        """A request whose answer has no body (204)."""
+        self._send(method, path, **kw)
+
+    def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        import httpx
+
         try:
             r = self.http.request(method, path, **kw)
         except httpx.TransportError as exc:
@@ -158,7 +231,7 @@ class Api:
                 f"cannot reach the API at {self.url}{source} ({exc}): start it with `rankzero up`, "
                 "or pass --url / set RANKZERO_URL (or RANKZERO_PORT / RANKZERO_DATA_DIR as the server has them)"
             ) from None
-        return self._check(r).json()
+        return self._check(r)
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params={k: v for k, v in params.items() if v is not None})
@@ -168,6 +241,8 @@ class Api:
 
     @contextmanager
     def stream(self, path: str) -> Iterator[httpx.Response]:
+        import httpx
+
         try:
             with self.http.stream("GET", path, timeout=None) as r:
                 if r.status_code >= 400:

@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColu
 from cli.client import Api, CliError, _detail
 from core import bundles
 from core.bundles import excluded as left_out
+from core.bundles.include import Includes
 
 UPLOAD_CHUNK = 256 * 1024
 UPLOAD_TIMEOUT_S = 600.0
@@ -125,31 +126,43 @@ def _summary(folder: Path, info: dict[str, Any] | bundles.Packed) -> str:
     )
 
 
-def _say_what_is_left_out(folder: Path, entrypoint: str | None, console: Console) -> None:
+def _say_what_is_left_out(
+    folder: Path, entrypoint: str | None, console: Console, include: Includes | None = None
+) -> list[left_out.Excluded]:
     """The files the ignore files leave out (largest first, with the line that excluded each), and a warning
-    for each entrypoint argument that names one (core/bundles/excluded.py)."""
+    for each entrypoint argument that names one (core/bundles/excluded.py); returns them."""
     try:
-        items = left_out.excluded(folder)
+        items = left_out.excluded(folder, include)
     except OSError:
-        return
+        return []
     for line in left_out.report(items) + left_out.warnings(entrypoint, items):
         console.print(line, markup=False, highlight=False)
+    return items
 
 
-def upload_code(api: Api, folder: Path, console: Console, entrypoint: str | None = None) -> str:
-    """Pack `folder`, upload it if the server lacks it; the spec's `code` value ("sha256:<hex>")."""
+def upload_code(
+    api: Api, folder: Path, console: Console, entrypoint: str | None = None, include: Sequence[str] = ()
+) -> str:
+    """Pack `folder`, upload it if the server lacks it; the spec's `code` value ("sha256:<hex>"). `include`:
+    globs uploaded whatever the ignore files say (core/bundles/include.py). The server keeps the record of
+    what was left out beside the bundle (the job page lists it; a failure opening such a file names it)."""
     if not folder.is_dir():
         raise CliError(f"--code {folder}: not a folder")
     try:
-        files = bundles.collect(folder)
+        forced = Includes(include)
+    except bundles.BundleError as exc:
+        raise CliError(str(exc)) from None
+    items = _say_what_is_left_out(folder, entrypoint, console, forced)
+    try:
+        files = bundles.collect(folder, forced)
         key = _tree_key(folder, files)
     except (bundles.BundleError, OSError) as exc:
         raise CliError(f"cannot pack {folder}: {exc}") from None
-    _say_what_is_left_out(folder, entrypoint, console)
     known = _cache_read().get(key)
     if isinstance(known, dict) and isinstance(known.get("sha256"), str) and _stored(api, known["sha256"]):
         console.print(_summary(folder, known))
         console.print("code: unchanged since the last submit and already on the server, nothing to upload")
+        _send_record(api, known["sha256"], items, console)
         return bundles.ref(known["sha256"])
     with tempfile.TemporaryDirectory(prefix="rankzero-bundle-") as tmp:
         try:
@@ -162,4 +175,36 @@ def upload_code(api: Api, folder: Path, console: Console, entrypoint: str | None
         else:
             _upload(api, packed, console)
     _cache_write(key, packed)
+    _send_record(api, packed.sha256, items, console)
     return bundles.ref(packed.sha256)
+
+
+def _send_record(api: Api, sha256: str, items: list[left_out.Excluded], console: Console) -> None:
+    """Tell the server what this upload left out (PUT /api/code/<sha256>/left-out); a server that cannot take it
+    runs the job all the same, so a failure is a note, not an error."""
+    try:
+        r = api.http.put(
+            f"/code/{sha256}/left-out", content=left_out.to_json(items), headers={"Content-Type": "application/json"}
+        )
+    except httpx.TransportError:
+        r = None
+    if r is None or r.status_code != 200:
+        console.print("code: note: the server did not keep the list of left-out files (the job page will not show it)")
+
+
+def requirements_notice(folder: Path, spec: dict[str, Any]) -> str | None:
+    """A line for `rankzero submit --code DIR` when DIR has a requirements.txt at its root that the spec's
+    `environment` does not name (the job would run without those packages: docs/your-code.md)."""
+    if not (folder / "requirements.txt").is_file():
+        return None
+    env = spec.get("environment")
+    named = env.get("requirements") if isinstance(env, dict) else None
+    if named == "requirements.txt":
+        return None
+    how = "environment: {requirements: requirements.txt}"
+    if named:
+        return f"note: {folder}/requirements.txt is not the file the spec names ({named}); it is not installed"
+    return (
+        f"note: {folder}/requirements.txt is not installed: the spec names no environment. Add `{how}` to the "
+        "spec to run with those packages (docs/your-code.md, 'Bring your own packages')"
+    )

@@ -26,9 +26,10 @@ from trainer.spec_text import SpecTextError, load_spec_text
 
 
 def _load_spec(path: Path) -> dict[str, Any]:
-    """The spec mapping in a YAML or JSON file, read by the one spec-text loader the API and trainer use."""
+    """The spec mapping in a YAML or JSON file (`-`: standard input), read by the one spec-text loader the API
+    and trainer use."""
     try:
-        text = path.read_bytes()
+        text = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
     except OSError as exc:
         fail(f"cannot read {path}: {exc}")
     try:
@@ -38,7 +39,7 @@ def _load_spec(path: Path) -> dict[str, Any]:
 
 
 @app.command()
-def submit(
+def submit(  # noqa: PLR0913 (one parameter per command-line option)
     spec: Annotated[Path, typer.Argument(help="Job spec, YAML or JSON (see `rankzero schema`).")],
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Show a progress bar with live loss and ETA until the job ends.")
@@ -47,20 +48,61 @@ def submit(
         Path | None,
         typer.Option(help="Pack this folder (.gitignore/.rankzeroignore honoured), upload it once, run with it."),
     ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Set a spec field: --set optimizer.lr=0.01 --set params.lr=0.1 (YAML value)."),
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="The job's name (instead of the spec's).")] = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
+    include: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--include",
+            help="With --code: upload paths matching this glob (gitignore syntax, repeatable) whatever .gitignore "
+            "and .rankzeroignore say, e.g. --include 'data/*.bin'.",
+        ),
+    ] = None,
 ) -> None:
-    """Submit a job."""
-    client = client_for(url, token)
-    body = _load_spec(spec)
-    if code is not None:
-        from cli.code import upload_code
+    """Submit a job (SPEC `-` reads it from standard input)."""
+    from cli.sweep_commands import with_overrides
 
-        body["code"] = call(lambda: upload_code(client, code, console, body.get("entrypoint")))
+    if include and code is None:
+        fail("--include chooses files of the --code folder: give --code DIR too")
+    client = client_for(url, token)
+    body = with_overrides(_load_spec(spec), set_ or [], name)
+    if code is not None:
+        from cli.code import requirements_notice, upload_code
+
+        _check_before_upload(body)
+        body["code"] = call(lambda: upload_code(client, code, console, body.get("entrypoint"), include or ()))
+        if notice := requirements_notice(code, body):  # a requirements.txt the spec does not install (issue 28)
+            console.print(notice, markup=False, highlight=False)
     job = call(lambda: client.post("/jobs", json=body))
     _print_queued(job)
     if follow:
         _follow_to_end(client, job["id"])
+
+
+# Stands in for the bundle's digest while the spec is checked before the upload (it is valid as a `code`).
+_CODE_TO_COME = "sha256:" + "0" * 64
+
+
+def _check_before_upload(body: dict[str, Any]) -> None:
+    """Refuse a spec the model refuses before packing and uploading its folder (which can take minutes): the
+    same check as the server's first (trainer/spec.py); the server's policies still decide at submit."""
+    from pydantic import ValidationError
+
+    from trainer.spec import JobSpec
+
+    try:
+        JobSpec.model_validate({**body, "code": _CODE_TO_COME})
+    except ValidationError as exc:
+        problems = [
+            f"  {'.'.join(str(part) for part in e['loc']) or 'spec'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        ]
+        fail("the spec is refused (nothing was uploaded):\n" + "\n".join(problems))
 
 
 def _print_queued(job: dict[str, Any], note: str = "") -> None:
@@ -92,15 +134,20 @@ def _print_outcome(job: dict[str, Any]) -> None:
 
 
 @app.command()
-def jobs(
+def jobs(  # noqa: PLR0913 (one parameter per command-line option)
     status: Annotated[str | None, typer.Option(help="Only jobs in this state.")] = None,
     name: Annotated[str | None, typer.Option(help="Only jobs with this name.")] = None,
     limit: Annotated[int, typer.Option(help="At most this many.")] = 50,
+    mine: Annotated[bool, typer.Option("--mine", help="Only my jobs.")] = False,
+    owner: Annotated[str | None, typer.Option(help="Only this user's jobs.")] = None,
+    tag: Annotated[str | None, typer.Option(help="Only jobs with this tag.")] = None,
+    archived: Annotated[bool, typer.Option("--archived", help="Archived jobs (hidden otherwise).")] = False,
     url: UrlOpt = None,
     token: TokenOpt = None,
 ) -> None:
     """List jobs, newest first."""
-    page = call(lambda: client_for(url, token).get("/jobs", status=status, name=name, limit=limit))
+    filters = {"mine": "true" if mine else None, "owner": owner, "tag": tag, "archived": "true" if archived else None}
+    page = call(lambda: client_for(url, token).get("/jobs", status=status, name=name, limit=limit, **filters))
     console.print(views.jobs_table(page["items"]))
     console.print(Text(f"{len(page['items'])} of {page['total']} (times in {views.local_zone()})"))
 
@@ -151,9 +198,14 @@ def priority(job_id: int, value: int, url: UrlOpt = None, token: TokenOpt = None
 @app.command()
 def logs(  # noqa: PLR0913 (one parameter per command-line option)
     job_id: int,
-    rank: Annotated[int, typer.Option(help="Rank whose log to show.")] = 0,
-    stream: Annotated[str, typer.Option(help="stderr or stdout.")] = "stderr",
+    rank: Annotated[int | None, typer.Option(help="Only this rank's log (default: every rank, merged).")] = None,
+    stream: Annotated[
+        str | None, typer.Option(help="Only this stream, stderr or stdout (default: both, merged).")
+    ] = None,
     tail: Annotated[int | None, typer.Option(help="Only the last N bytes.")] = None,
+    grep: Annotated[
+        str | None, typer.Option("--grep", help="Merged view: only lines containing this (case-insensitive).")
+    ] = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing new output until the job ends.")
     ] = False,
@@ -163,7 +215,9 @@ def logs(  # noqa: PLR0913 (one parameter per command-line option)
     url: UrlOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """A rank's stdout/stderr (control characters shown as escapes on a terminal; --raw keeps them)."""
+    """The job's console: every rank's stdout and stderr merged in time order, each line prefixed with its
+    rank (`r1 err` marks rank 1's stderr); --rank/--stream show one rank's stream as it is. Control characters are
+    shown as escapes on a terminal (--raw keeps them)."""
     client = client_for(url, token)
 
     def show(text: str) -> None:
@@ -173,6 +227,18 @@ def logs(  # noqa: PLR0913 (one parameter per command-line option)
         else:  # out(): no markup, no wrapping; on a terminal the job's escapes are shown, not obeyed
             console.out(for_output(text, raw=False, stream=sys.stdout), end="", highlight=False)
 
+    if rank is None and stream is None:
+        _merged_console(client, job_id, tail, grep or "", follow, show)
+        return
+    if grep is not None:
+        fail("--grep searches the merged view: leave out --rank and --stream")
+    if stream not in (None, "stdout", "stderr"):
+        fail(f"--stream {stream!r}: give stdout or stderr")
+    _one_log(client, job_id, rank or 0, stream or "stderr", tail, follow, show)
+
+
+def _one_log(client: Any, job_id: int, rank: int, stream: str, tail: int | None, follow: bool, show: Any) -> None:  # noqa: PLR0913
+    """`rankzero logs JOB --rank R --stream S`: one rank's stream as it is, by byte offset."""
     chunk = call(lambda: client.get(f"/jobs/{job_id}/logs", rank=rank, stream=stream, tail=tail))
     show(chunk["text"])
     printed = bool(chunk["text"])
@@ -189,6 +255,36 @@ def logs(  # noqa: PLR0913 (one parameter per command-line option)
             time.sleep(1.0)
     if not printed:  # on stderr: a redirected log stays the log
         err.print(f"(empty) rank {rank} {stream} of job {job_id}", style="dim", highlight=False)
+
+
+def _merged_console(client: Any, job_id: int, tail: int | None, grep: str, follow: bool, show: Any) -> None:
+    """`rankzero logs JOB`: GET /jobs/{id}/console, then on from its cursor while following."""
+
+    def lines_of(chunk: dict[str, Any]) -> str:
+        return "".join(views.console_line(ln) + "\n" for ln in chunk["lines"])
+
+    params: dict[str, Any] = {"q": grep} if grep else {}
+    if tail is not None:
+        params["limit"] = max(4096, tail)
+    chunk = call(lambda: client.get(f"/jobs/{job_id}/console", **params))
+    printed = bool(chunk["lines"])
+    show(lines_of(chunk))
+    if chunk.get("more_ranks"):
+        err.print(f"(showing ranks {chunk['ranks'][0]}-{chunk['ranks'][-1]}; --rank N shows any other)", style="dim")
+    cursor = chunk["cursor"]
+    while follow:
+        chunk = call(lambda c=cursor: client.get(f"/jobs/{job_id}/console", cursor=c, **params))
+        if chunk["lines"]:
+            show(lines_of(chunk))
+            printed = True
+        if chunk["cursor"] == cursor:
+            if call(lambda: client.get(f"/jobs/{job_id}"))["status"] in views.finished_states():
+                break
+            time.sleep(1.0)
+        cursor = chunk["cursor"]
+    if not printed:
+        err.print(f"(empty) no rank of job {job_id} wrote anything{' matching ' + repr(grep) if grep else ''}",
+                  style="dim", highlight=False)  # fmt: skip
 
 
 @app.command()
@@ -216,17 +312,26 @@ def _run_dir_name(job_id: int) -> str:
 
 
 @app.command()
-def download(
+def download(  # noqa: PLR0913 (one parameter per command-line option)
     job_id: int,
+    path: Annotated[
+        str | None, typer.Argument(help="An output's path (`rankzero outputs JOB`); a folder ends with '/'.")
+    ] = None,
     step: Annotated[int | None, typer.Option(help="Checkpoint step (default: the latest).")] = None,
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="File to write (default: the checkpoint's name).")
     ] = None,
+    archive: Annotated[bool, typer.Option("--archive", help="PATH is a folder: download it as a tar.")] = False,
     url: UrlOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """Download a job's checkpoint and verify its sha256."""
+    """Download a job's checkpoint (or, with PATH, one of its outputs) and verify its sha256."""
     client = client_for(url, token)
+    if path is not None:  # an output file or folder (cli/output_commands.py)
+        from cli.output_commands import download_output
+
+        download_output(client, job_id, path, out, archive)
+        return
     rows = call(lambda: client.get(f"/jobs/{job_id}/checkpoints"))
     if step is not None:
         rows = [c for c in rows if c["step"] == step]
@@ -295,7 +400,9 @@ def metrics(
 @app.command()
 def resume(
     job_id: int,
-    step: Annotated[int | None, typer.Option(help="Checkpoint step to resume from (default: the latest).")] = None,
+    step: Annotated[
+        int | None, typer.Option("--checkpoint", "--step", help="Checkpoint step to resume from (default: the latest).")
+    ] = None,
     max_steps: Annotated[
         int | None,
         typer.Option(help="Train to this step (default: the original end, or as long again past a finished run)."),
@@ -316,6 +423,9 @@ def resume(
         fail(f"job {job_id} has no checkpoint{f' at step {step}' if step is not None else ''}: "
               f"see `rankzero checkpoints {job_id}`")  # fmt: skip
     ckpt = max(rows, key=lambda c: c["step"])
+    if max_steps is not None and job["spec"].get("entrypoint"):
+        fail(f"job {job_id} runs its own script: --max-steps applies only to the built-in trainer (the script "
+             "decides how long it trains)")  # fmt: skip
     spec, how = resume_spec(
         {**job["spec"], "name": job["name"]},
         total_steps=job.get("total_steps"),

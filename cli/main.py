@@ -10,9 +10,26 @@ from cli import service_commands  # registered first: `rankzero --help` lists th
 from cli.app import app
 
 # isort: split
-from cli import job_commands
+# Importing a command module registers its commands on `app`: service, then jobs, then each area's own.
+from cli import (
+    environment_commands,  # a job's own packages (issue 28)
+    job_commands,
+    output_commands,  # a job's outputs (issue 22)
+    slurm_commands,  # a Slurm pool's agent (issue 26)
+    sweep_commands,  # sweeps (issue 24)
+    user_commands,  # users, tokens, login profiles, housekeeping (issue 23)
+)
 
-__all__ = ["app", "job_commands", "service_commands"]  # importing the command modules registers them
+__all__ = [
+    "app",
+    "environment_commands",
+    "job_commands",
+    "output_commands",
+    "service_commands",
+    "slurm_commands",
+    "sweep_commands",
+    "user_commands",
+]
 
 if __name__ == "__main__":
     app()

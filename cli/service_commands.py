@@ -92,7 +92,17 @@ def api(
     private_files()
     settings = load_settings(**overrides)
     try:
-        record_server(settings, default_url(settings))
+        token = settings.token()  # as `up` prints it: workers on other hosts and the CLI need it
+        url = default_url(settings)
+        for line in (
+            "rankzero API",
+            f"  API:        {url}/   (docs: {url}/docs)",
+            f"  API token:  {token}",
+            f"  CLI:        export RANKZERO_API_TOKEN={token}",
+            f"  workers on hosts without this runs dir: RANKZERO_API_URL={url} RANKZERO_API_TOKEN={token}",
+        ):
+            console.print(Text(line), soft_wrap=True)
+        record_server(settings, url)
         serve(settings)
     except (UnsafeBind, ValueError) as exc:
         fail(str(exc), code=2)

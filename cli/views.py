@@ -66,8 +66,15 @@ def number(value: Any) -> str:
 
 
 def steps(job: dict[str, Any]) -> str:
+    if job.get("step") is None and job.get("spec", {}).get("entrypoint"):
+        return "not reported"  # a script job that reported no step (REST null), never "0"
     done = job.get("step") or 0
     return f"{done:,}/{job['total_steps']:,}" if job.get("total_steps") else f"{done:,}"
+
+
+def console_line(line: dict[str, Any]) -> str:
+    """A merged console line (GET /jobs/{id}/console) with its rank: `[r0] text`, `[r1 err] text` for stderr."""
+    return f"[r{line['rank']}{' err' if line['stream'] == 'stderr' else ''}] {line['text']}"
 
 
 def status_text(status: str) -> Text:
@@ -75,14 +82,18 @@ def status_text(status: str) -> Text:
 
 
 def jobs_table(items: list[dict[str, Any]]) -> Table:
+    # id and status keep their full width on any terminal (the id is what every other command takes);
+    # name, strategy and created give way first.
+    id_width = max([len(str(j["id"])) for j in items] + [2])
+    status_width = max([len(str(j["status"])) for j in items] + [6])
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
-    table.add_column("id", justify="right", no_wrap=True)
+    table.add_column("id", justify="right", no_wrap=True, min_width=id_width)
     table.add_column("name", overflow="ellipsis", no_wrap=True, max_width=24, ratio=1)
-    table.add_column("status", no_wrap=True)
+    table.add_column("status", no_wrap=True, min_width=status_width)
     table.add_column("strategy", overflow="ellipsis", no_wrap=True, max_width=12)
-    table.add_column("step", justify="right", no_wrap=True)
-    table.add_column("loss", justify="right", no_wrap=True)
-    table.add_column("created", no_wrap=True)
+    table.add_column("step", justify="right", no_wrap=True, overflow="ellipsis")
+    table.add_column("loss", justify="right", no_wrap=True, overflow="ellipsis")
+    table.add_column("created", no_wrap=True, overflow="ellipsis")
     for j in items:
         table.add_row(
             text(j["id"]), text(j["name"]), status_text(j["status"]), text(j.get("strategy")), text(steps(j)),
@@ -92,7 +103,7 @@ def jobs_table(items: list[dict[str, Any]]) -> Table:
 
 
 SHOW_FIELDS: tuple[tuple[str, str], ...] = (
-    ("id", "id"), ("name", "name"), ("status", "status"), ("strategy", "strategy"),
+    ("id", "id"), ("name", "name"), ("owner", "submitted by"), ("status", "status"), ("strategy", "strategy"),
     ("global_batch_size", "global batch"), ("attempt", "attempt"), ("worker_host", "worker"),
     ("epoch", "epoch"), ("samples", "samples"), ("latest_loss", "latest loss"),
     ("failed_rank", "failed rank"), ("exit_code", "exit code"),
@@ -103,7 +114,11 @@ def show_table(job: dict[str, Any]) -> Table:
     table = Table(show_header=False, box=box.SIMPLE, pad_edge=False)
     table.add_column(style="dim", no_wrap=True)
     table.add_column(overflow="fold")
-    rows: list[tuple[str, str]] = [(label, number(job[key])) for key, label in SHOW_FIELDS if job.get(key) is not None]
+    # A script chooses its own batch: the built-in trainer's global batch is no advice for it.
+    hidden = {"global_batch_size"} if (job.get("spec") or {}).get("entrypoint") else set()
+    rows: list[tuple[str, str]] = [
+        (label, number(job[key])) for key, label in SHOW_FIELDS if job.get(key) is not None and key not in hidden
+    ]
     rows.insert(4, ("step", steps(job)))
     if job.get("samples_per_s") is not None:
         rows.append(("samples/s", number(job["samples_per_s"])))

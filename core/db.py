@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import event, func, text
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, InterfaceError, InternalError, OperationalError
 from sqlmodel import Session, create_engine
 
 if TYPE_CHECKING:
@@ -113,6 +113,15 @@ def is_lock_timeout(exc: BaseException) -> bool:
     another transaction, perhaps a frozen one; trying again later is right."""
     orig = exc.orig if isinstance(exc, DBAPIError) else exc
     return getattr(orig, "sqlstate", None) == _LOCK_NOT_AVAILABLE
+
+
+def is_outage(exc: BaseException) -> bool:
+    """True for a database error that passes (a restart, a cut link, a lock or statement timeout, SQLite busy):
+    worth retrying while the work goes on. False for one that would fail the same way again (bad data, a
+    broken constraint, a query bug): retrying it as an outage would hang the job for ever (issue 20)."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(exc, (OperationalError, InterfaceError, InternalError))
 
 
 POOL_SIZE = 20

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
+from core.artifacts import sharing, worker_token
 from core.db import db_now, get_engine, now_sql
 from core.placement import HostView
 from core.settings import Settings
@@ -58,6 +59,7 @@ def register(settings: Settings, gpus: list[str]) -> Host:
         "gpus": list(gpus),
         "cpu_slots": settings.resolved_cpu_slots,
         "storage_id": storage_id(settings.resolved_runs_dir),
+        "storage": storage_of(settings),
         "draining": False,
     }
     name = settings.resolved_host_name
@@ -80,11 +82,25 @@ def register(settings: Settings, gpus: list[str]) -> Host:
         return host
 
 
-def beat(settings: Settings, draining: bool | None = None) -> None:
-    """Refresh this host's heartbeat (and, when given, whether it is draining)."""
-    values: dict[str, object] = {}
-    if draining is not None:
-        values["draining"] = draining
+def storage_of(settings: Settings) -> sharing.Storage:
+    """Whether this host's jobs' files reach the API: its runs dir is the API's, or it uploads (issue 22)."""
+    return sharing.host_storage(settings.resolved_runs_dir, settings.api_url, worker_token(settings))
+
+
+def refresh_storage(settings: Settings) -> sharing.Storage:
+    """Look again (an API started after this worker leaves its marker later) and record it; the storage."""
+    storage = storage_of(settings)
+    with get_engine(settings.resolved_database_url).begin() as conn:
+        conn.execute(update(Host).where(col(Host.name) == settings.resolved_host_name, col(Host.storage) != storage)
+                     .values(storage=storage))  # fmt: skip
+    return storage
+
+
+def beat(settings: Settings, draining: bool = False) -> None:
+    """Refresh this host's heartbeat. `draining`: its worker is stopping (its last beat); any other beat clears
+    the flag, so a host another of its workers still serves, or one node 0 gave up (`give_up`), is placed on
+    again from its next beat."""
+    values: dict[str, object] = {"draining": draining}
     with get_engine(settings.resolved_database_url).begin() as conn:
         values["heartbeat_at"] = now_sql(conn)
         conn.execute(update(Host).where(Host.name == settings.resolved_host_name).values(**values))  # type: ignore[arg-type]
@@ -92,7 +108,8 @@ def beat(settings: Settings, draining: bool | None = None) -> None:
 
 @dataclass(frozen=True)
 class HostRow:
-    """A host as read, with whether it is alive (heartbeat within the stale threshold, by the DB clock)."""
+    """A host as read, with whether it is alive: its heartbeat within the stale threshold (by the DB clock), and
+    neither its worker's goodbye nor node 0's giving up (`give_up`) since. `draining` is an operator's drain."""
 
     name: str
     address: str
@@ -103,9 +120,11 @@ class HostRow:
     draining: bool
     heartbeat_at: datetime
     alive: bool
+    beating: bool = True  # heartbeat within the threshold read with, whatever else (node 0's peer check)
     drain_requested: bool = False  # an operator's drain (`draining` is then true too): survives restarts
     drain_note: str | None = None
     gpu_faults: Mapping[str, str] = field(default_factory=dict)  # GPU → why it is out of placement
+    storage: str = "unknown"  # core/artifacts/sharing.py: shared, store (uploads), unknown
 
     def view(self) -> HostView:
         """The host as the scheduler's pure plan sees it (core/placement.py): the one HostRow → HostView.
@@ -115,7 +134,7 @@ class HostRow:
             pool=self.pool,
             gpus=tuple(g for g in self.gpus if g not in self.gpu_faults),
             cpu_slots=self.cpu_slots,
-            storage_id=self.storage_id,
+            storage_id=sharing.placement_group(self.storage, self.storage_id),  # uploaders need no shared dir
             draining=self.draining,
         )
 
@@ -137,33 +156,37 @@ def read_all(engine: Engine, stale_after_s: float) -> list[HostRow]:
                 gpus=tuple(str(g) for g in (h.gpus or [])),
                 cpu_slots=int(h.cpu_slots),
                 storage_id=h.storage_id,
-                draining=bool(h.draining or h.drain_requested),
-                heartbeat_at=_aware(h.heartbeat_at),
-                alive=_aware(h.heartbeat_at) > cutoff,
+                draining=bool(h.drain_requested),
+                heartbeat_at=_aware(h.heartbeat_at),  # its real last beat: never moved
+                alive=_aware(h.heartbeat_at) > cutoff and not h.draining,
+                beating=_aware(h.heartbeat_at) > cutoff,
                 drain_requested=bool(h.drain_requested),
                 drain_note=h.drain_note,
                 gpu_faults={str(k): str(v) for k, v in (h.gpu_faults or {}).items()},
+                storage=h.storage,
             )
             for h in hosts
         ]
 
 
 def alive_names(engine: Engine, names: list[str], stale_after_s: float) -> set[str]:
-    """Which of `names` are hosts with a fresh heartbeat."""
-    return {h.name for h in read_all(engine, stale_after_s) if h.alive and h.name in names}
+    """Which of `names` are hosts with a fresh heartbeat (a worker's goodbye is not silence: its jobs are
+    handed back by its own supervisors)."""
+    return {h.name for h in read_all(engine, stale_after_s) if h.beating and h.name in names}
 
 
-def give_up(engine: Engine, name: str, silent_s: float, stale_after_s: float) -> bool:
+def give_up(engine: Engine, name: str, silent_s: float) -> bool:
     """Node 0 gave up host `name`, silent for `silent_s` (worker/node_zero.py): from now it reads as dead to
     the scheduler and to every node until it heartbeats anew, so the job it lost is not placed back on it
-    (one death is one host loss, issue 20). Its heartbeat is moved back past the stale threshold, and only
-    if it has not beaten meanwhile (a host that came back is left alone). True: given up now."""
+    (one death is one host loss, issue 20). It is flagged as its worker's goodbye would flag it, and only if
+    it has not beaten meanwhile (a host that came back is left alone); its heartbeat is left as it was, so
+    "last seen" stays true. True: given up now."""
     now = db_now(engine)
     with engine.begin() as conn:
         result = conn.execute(
             update(Host)
             .where(col(Host.name) == name, col(Host.heartbeat_at) < now - timedelta(seconds=silent_s))
-            .values(heartbeat_at=now - timedelta(seconds=stale_after_s + 1.0))
+            .values(draining=True)
         )
         return result.rowcount == 1
 

@@ -9,6 +9,7 @@ scheduler acts on (a submit, a requeue, a job's end) wakes it once committed (co
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypedDict, cast
@@ -54,16 +55,34 @@ class FencedOut(Exception):
 # --- creating and moving ------------------------------------------------------------------------
 
 
-def create(session: Session, name: str, spec: dict[str, Any], queue: str, idempotency_key: str | None = None) -> Job:
+def create(  # noqa: PLR0913 (the row's fields)
+    session: Session,
+    name: str,
+    spec: dict[str, Any],
+    queue: str,
+    idempotency_key: str | None = None,
+    owner_id: int | None = None,
+    before_commit: Callable[[Job], None] | None = None,
+) -> Job:
     """Insert a queued job and its first timeline row; committed and refreshed, and the scheduler woken.
 
     Nothing else is sent anywhere: the scheduler reads the row. Raises IntegrityError when
-    `idempotency_key` is taken.
+    `idempotency_key` is taken. `before_commit` adds rows to the same transaction (the audit log's).
     """
     priority = spec.get("priority", 0) if isinstance(spec.get("priority"), int) else 0
-    job = Job(name=name, spec=spec, status=S.queued, queue=queue, idempotency_key=idempotency_key, priority=priority)
+    job = Job(
+        name=name,
+        spec=spec,
+        status=S.queued,
+        queue=queue,
+        idempotency_key=idempotency_key,
+        priority=priority,
+        owner_id=owner_id,
+    )
     session.add(job)
     session.flush()
+    if before_commit is not None:
+        before_commit(job)
     session.add(JobTransition(job_id=job.id, status=S.queued, at=job.created_at, attempt=0, detail="submitted"))
     session.commit()
     session.refresh(job)

@@ -57,7 +57,9 @@ WATCH_S = 0.1
 ACTIVE_S = 10.0
 IDLE_MAX_S = 5.0
 _BROKER_FILE_SUFFIXES = ("", "-wal", "-journal")
-_IN_MODIFY, _IN_CLOSE_WRITE, _IN_MOVED_TO, _IN_CREATE = 0x2, 0x8, 0x80, 0x100
+_IN_MODIFY, _IN_ATTRIB, _IN_CLOSE_WRITE, _IN_MOVED_TO, _IN_CREATE = 0x2, 0x4, 0x8, 0x80, 0x100
+WRITES = _IN_MODIFY | _IN_CLOSE_WRITE | _IN_MOVED_TO | _IN_CREATE
+TOUCHES = WRITES | _IN_ATTRIB  # a touch (utime) of an existing file: core/wake.py's wake-up file
 _EVENT_HEAD = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (then the name)
 
 
@@ -87,8 +89,8 @@ def _signature(files: list[str]) -> tuple[tuple[int, int, int], ...]:
     return tuple(out)
 
 
-def _inotify(folder: str) -> int | None:
-    """A non-blocking inotify descriptor watching writes in `folder`, or None (not Linux, no inotify)."""
+def _inotify(folder: str, mask: int = WRITES) -> int | None:
+    """A non-blocking inotify descriptor watching `mask` events in `folder`, or None (not Linux, no inotify)."""
     try:
         import ctypes
 
@@ -98,7 +100,6 @@ def _inotify(folder: str) -> int | None:
         return None
     if fd < 0:
         return None
-    mask = _IN_MODIFY | _IN_CLOSE_WRITE | _IN_MOVED_TO | _IN_CREATE
     if libc.inotify_add_watch(fd, os.fsencode(folder), mask) < 0:
         os.close(fd)
         return None
@@ -108,10 +109,10 @@ def _inotify(folder: str) -> int | None:
 class BrokerWatch:
     """Tells whether the broker's files were written since `arm()`: inotify where there is one, else stat()."""
 
-    def __init__(self, files: list[str]) -> None:
+    def __init__(self, files: list[str], mask: int = WRITES) -> None:
         self.files = files
         self.names = {os.fsencode(os.path.basename(f)) for f in files}
-        self.fd = _inotify(os.path.dirname(files[0])) if files else None
+        self.fd = _inotify(os.path.dirname(files[0]), mask) if files else None
         self._seen: tuple = ()
 
     def arm(self) -> None:

@@ -113,7 +113,10 @@ def _fold_finest_sql() -> str:
 
 
 def _rebuild_level_sql(width: int, finer: int) -> str:
-    """Recompute the `width` buckets in [:b0, :b1] of one series from the next finer level (replacing them)."""
+    """Recompute the `width` buckets in [:b0, :b1] of one series from the next finer level (replacing them).
+
+    The bounds are cast to BIGINT: PostgreSQL binds a small Python int as int4, and int4 × int4 overflows
+    for steps past ~2^31 / width (a system sample's step is its unix time in milliseconds)."""
     bucket = _floor_div("bucket", width // finer)
 
     def step_of(col: str, agg: str) -> str:
@@ -129,7 +132,8 @@ def _rebuild_level_sql(width: int, finer: int) -> str:
     FROM (SELECT {bucket} AS b, sum(n) AS n, min(min_value) AS mn, max(max_value) AS mx
           FROM metric_rollups
           WHERE job_id = :j AND name = :n AND width = {finer}
-            AND bucket >= :b0 * {width // finer} AND bucket < (:b1 + 1) * {width // finer}
+            AND bucket >= CAST(:b0 AS BIGINT) * {width // finer}
+            AND bucket < (CAST(:b1 AS BIGINT) + 1) * {width // finer}
           GROUP BY {bucket}) AS g
     WHERE true
     {_REPLACE}

@@ -47,8 +47,15 @@ def run_dir_of(job: Job, settings: Settings) -> Path:
     """
     if job.id is None:  # a row not yet inserted has no run dir
         raise ValueError("run_dir_of needs a saved job row")
-    raw = job.run_dir or str(job_run_dir(settings.resolved_runs_dir, job.id))
-    return inside_runs_dir(raw, settings.resolved_runs_dir)
+    standard = job_run_dir(settings.resolved_runs_dir, job.id)
+    try:
+        return inside_runs_dir(job.run_dir or str(standard), settings.resolved_runs_dir)
+    except UnsafePath:
+        # A host with a runs dir of its own recorded its path; what it shipped is under the standard name
+        # in this runs dir (the artifact store's layout, core/artifacts/disk.py).
+        if job.run_dir and Path(job.run_dir).name == standard.name:
+            return inside_runs_dir(str(standard), settings.resolved_runs_dir)
+        raise
 
 
 def protected_dirs(settings: Settings) -> list[Path]:

@@ -20,6 +20,12 @@ Rules (see tests/scheduler/test_placement.py, one test per rule):
   use a reserved host. One such reservation per pool, so the queue never freezes.
 * Elastic fit. A single-node job with `min_nproc` starts at full size if that fits anywhere, else on
   the largest w in `spec.elastic_sizes()` that fits, with accumulation_steps = nproc·acc // w.
+* Team (issue 23; only when `plan` gets a `Team`). Quota: a job that would take its owner past her
+  GPU or CPU-slot quota waits with the quota as its reason, reserving nothing and preempting no one.
+  Fair share: among jobs of equal priority the owner with the smallest share (core/fair_share.py:
+  decayed recent usage + units held now × mean life, updated as this pass places her jobs) goes
+  first, then oldest; so two users' queues interleave. Priorities still come first, and EASY backfill
+  and preemption apply to jobs in that order.
 * Preemption. A job that cannot start now may stop running preemptible jobs of strictly lower
   priority on its pool's hosts: on one host (per needed host for multi-node), lowest priority first,
   then youngest (highest id), then redundant victims dropped; among hosts the one whose victims have
@@ -38,9 +44,12 @@ picking more.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import heapq
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from core import fair_share, quotas
 from trainer.spec import JobSpec
 
 GPU = "gpu"
@@ -54,7 +63,7 @@ class HostView:
     pool: str  # the Celery pool (job.queue) this host serves
     gpus: tuple[str, ...]  # GPU indices, e.g. ("0", "1"); () for a CPU host
     cpu_slots: int  # rank slots for cpu jobs (RANKZERO_CPU_SLOTS, default the core count)
-    storage_id: str  # the runs dir it sees; multi-node needs all nodes to share one
+    storage_id: str  # the runs dir it sees, or one group for every host reaching the API's artifact store
     draining: bool = False
 
 
@@ -73,6 +82,7 @@ class Usage:
     priority: int
     preemptible: bool
     nodes: tuple[NodeUse, ...]
+    owner: int | None = None  # the user who submitted it (issue 23)
 
 
 @dataclass(frozen=True)
@@ -82,6 +92,17 @@ class Waiting:
     priority: int
     created_at: float  # unix seconds
     spec: JobSpec
+    owner: int | None = None  # the user who submitted it (issue 23)
+
+
+@dataclass(frozen=True)
+class Team:
+    """What fair share and quotas need (issue 23): per owner, her quota (absent: none) and her decayed
+    usage now (core/fair_share.py `usage_at`), and the half-life."""
+
+    quotas: Mapping[int, quotas.Quota] = field(default_factory=dict)
+    usage: Mapping[int, float] = field(default_factory=dict)
+    half_life_s: float = 3600.0
 
 
 @dataclass(frozen=True)
@@ -504,8 +525,15 @@ def _blocked_reason(shape: _Shape, reserved: list[_Option]) -> str | None:
 
 
 class _Pass:
-    def __init__(self, hosts: Sequence[HostView], usage: Sequence[Usage]) -> None:
+    def __init__(self, hosts: Sequence[HostView], usage: Sequence[Usage], team: Team | None = None) -> None:
         self.plan = Plan()
+        self.team = team
+        self.held: dict[int | None, dict[str, int]] = {}  # owner -> kind -> units her jobs hold (team only)
+        for use in usage:
+            held = self.held.setdefault(use.owner, {GPU: 0, SLOT: 0})
+            for node in use.nodes:
+                held[GPU] += len(node.gpus)
+                held[SLOT] += node.slots
         self.pools: dict[str, list[_Host]] = {}
         self.all_pool_hosts: dict[str, list[HostView]] = {}
         self.version: dict[str, int] = {}  # bumped when a pool's free capacity or reservations change
@@ -572,15 +600,72 @@ class _Pass:
         if never is not None:
             self.plan.pending[job.job_id] = never
             return
+        quota = self.team.quotas.get(job.owner) if self.team is not None and job.owner is not None else None
+        if quota is not None and (over := self.beyond_quota(job, shape, quota)) is not None:
+            self.plan.pending[job.job_id] = over
+            return
         cls = shape.cls
         hopeless = cls.fit_failed is not None and shape.smallest >= cls.fit_failed
         fit = None if hopeless else _fit(shape)
+        if fit is not None and quota is not None and (over := self.fit_beyond_quota(job, fit, quota)) is not None:
+            fit = self.fit_other_kind(shape, fit[0][0].kind, quota, job)
+            if fit is None:
+                self.plan.pending[job.job_id] = over
+                return
         if fit is not None:
-            self.plan.placements.append(_launch(job, *fit))
+            placed = _launch(job, *fit)
+            self.plan.placements.append(placed)
             self.version[job.pool] = self.version.get(job.pool, 0) + 1
+            held = self.held.setdefault(job.owner, {GPU: 0, SLOT: 0})
+            for node in placed.nodes:
+                held[GPU] += len(node.gpus)
+                held[SLOT] += node.slots
             return
         cls.fit_failed = shape.smallest if cls.fit_failed is None else min(cls.fit_failed, shape.smallest)
         self.blocked(job, shape)
+
+    def owner_held(self, owner: int | None, kind: str) -> int:
+        return self.held.get(owner, {}).get(kind, 0)
+
+    def beyond_quota(self, job: Waiting, shape: _Shape, quota: quotas.Quota) -> str | None:
+        """The quota reason when the job's smallest size would take its owner past her quota on every
+        kind of host it could use; None when some kind still has room."""
+        need = quotas.least_units(job.spec)
+        reason = None
+        for kind in sorted(shape.cls.kinds):  # 'gpu' before 'slot': the GPU reason is the one named
+            limit = quota.max_gpus if kind == GPU else quota.max_slots
+            held = self.owner_held(job.owner, kind)
+            if held + need <= limit:
+                return None
+            reason = reason or quotas.held_reason(quota, kind == GPU, held, need)
+        return reason
+
+    def fit_beyond_quota(self, job: Waiting, fit: tuple[list[_Option], int], quota: quotas.Quota) -> str | None:
+        chosen, ranks = fit
+        kind = chosen[0].kind
+        units = sum(_per_node(job.spec, o.host.view, ranks) for o in chosen)
+        limit = quota.max_gpus if kind == GPU else quota.max_slots
+        held = self.owner_held(job.owner, kind)
+        return quotas.held_reason(quota, kind == GPU, held, units) if held + units > limit else None
+
+    def fit_other_kind(
+        self, shape: _Shape, kind: str, quota: quotas.Quota, job: Waiting
+    ) -> tuple[list[_Option], int] | None:
+        """An 'auto' job whose best fit would pass its owner's quota of `kind`: a fit on the other kind, within it."""
+        others = [o for o in shape.options if o.kind != kind]
+        if not others:
+            return None
+        cls = _Class(others, max(o.total for o in others), [], frozenset(o.kind for o in others))
+        fit = _fit(_Shape(shape.pool, shape.spec, shape.sizes, cls))
+        return None if fit is None or self.fit_beyond_quota(job, fit, quota) is not None else fit
+
+    def share(self, owner: int | None) -> float:
+        """The owner's fair share now (core/fair_share.py): smaller goes first among equal priority."""
+        assert self.team is not None
+        held = self.held.get(owner, {})
+        units = held.get(GPU, 0) + held.get(SLOT, 0)
+        usage = self.team.usage.get(owner, 0.0) if owner is not None else 0.0
+        return fair_share.share(usage, units, self.team.half_life_s)
 
     def blocked(self, job: Waiting, shape: _Shape) -> None:
         reason = self.reason(shape)  # before this job's own reservation changes the picture
@@ -655,12 +740,34 @@ def _no_pool_reason(pool: str, all_pool_hosts: dict[str, list[HostView]]) -> str
     return f"no host serves pool '{pool}'"
 
 
-def plan(waiting: Sequence[Waiting], hosts: Sequence[HostView], usage: Sequence[Usage]) -> Plan:
-    """One scheduling pass: what starts where, why the rest waits, and whom to preempt. Deterministic."""
-    state = _Pass(hosts, usage)
-    for job in sorted(waiting, key=queue_order):
+def plan(
+    waiting: Sequence[Waiting], hosts: Sequence[HostView], usage: Sequence[Usage], team: Team | None = None
+) -> Plan:
+    """One scheduling pass: what starts where, why the rest waits, and whom to preempt. Deterministic.
+    With `team`: quotas, and fair share among equal priority (else queue_order alone)."""
+    state = _Pass(hosts, usage, team)
+    order = sorted(waiting, key=queue_order) if team is None else _fair_order(waiting, state)
+    for job in order:
         state.consider(job)
     return state.plan
+
+
+def _fair_order(waiting: Sequence[Waiting], state: _Pass) -> Iterator[Waiting]:
+    """Priority desc; within a priority, the owner of smallest share next (her oldest job), her share
+    read again after each of her jobs is considered (a placement raises it). O(n log owners)."""
+    by_priority: dict[int, dict[int | None, list[Waiting]]] = {}
+    for job in waiting:
+        by_priority.setdefault(job.priority, {}).setdefault(job.owner, []).append(job)
+    for priority in sorted(by_priority, reverse=True):
+        queues = {owner: deque(sorted(jobs, key=queue_order)) for owner, jobs in by_priority[priority].items()}
+        heap = [(state.share(owner), q[0].created_at, q[0].job_id, owner) for owner, q in queues.items()]
+        heapq.heapify(heap)
+        while heap:
+            owner = heapq.heappop(heap)[3]
+            yield queues[owner].popleft()  # considered (maybe placed) before we resume
+            if queues[owner]:
+                head = queues[owner][0]
+                heapq.heappush(heap, (state.share(owner), head.created_at, head.job_id, owner))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -734,7 +841,8 @@ def _nodes_refusal(spec: JobSpec, pool: str, options: list[tuple[HostView, str]]
         return (
             f"nnodes {spec.nnodes} needs {spec.nnodes} hosts that share a runs dir; pool '{pool}' has at most "
             f"{sharing} sharing one: lower nnodes to {sharing} (raise nproc or accumulation_steps to keep the "
-            f"global batch), or give the hosts one shared runs dir"
+            f"global batch), or set RANKZERO_API_URL on their workers (they then upload to the API's artifact "
+            f"store and need no shared runs dir)"
         )
     unit = _units((k for _, k in options), spec.nproc)
     return (

@@ -29,10 +29,18 @@ def resume_spec(
     resume_from: str,
     max_steps: int | None = None,
 ) -> tuple[dict[str, Any], str]:
-    """(the new spec, a sentence saying how long it trains). `total_steps`: the job's own end, when known."""
+    """(the new spec, a sentence saying how long it trains). `total_steps`: the job's own end, when known.
+
+    A script job (spec `entrypoint`) decides its own length: its new spec only adds `resume_from`, which
+    `rankzero.load_checkpoint()` returns to it (`max_steps` does not apply to a script)."""
     new = dict(spec)
     new["resume_from"] = resume_from
     new["name"] = derived_name(str(spec.get("name") or "job"), "resume")
+    if spec.get("entrypoint"):
+        return new, (
+            f"its script gets the checkpoint at step {checkpoint_step:,} from rankzero.load_checkpoint() "
+            "and decides how long it trains"
+        )
     end = spec.get("max_steps") or total_steps
     if max_steps is not None:
         new["max_steps"] = max_steps

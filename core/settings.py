@@ -29,6 +29,14 @@ def check_token_strength(token: str, source: str = "RANKZERO_API_TOKEN") -> str:
     return token.strip()
 
 
+# sbatch options an admin may add to every job of a Slurm pool (settings slurm_sbatch_options): resources and
+# placement only; nothing that changes where output goes, who runs it, or what the script is.
+SLURM_ALLOWED_OPTIONS = frozenset({
+    "--constraint", "--mem", "--mem-per-cpu", "--mem-per-gpu", "--cpus-per-task", "--gres", "--exclusive",
+    "--reservation", "--licenses", "--comment", "--wckey", "--cluster-constraint", "--exclude", "--nodelist",
+})  # fmt: skip
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RANKZERO_", extra="ignore", hide_input_in_errors=True)
 
@@ -153,9 +161,10 @@ class Settings(BaseSettings):
         description="Redis redelivers an unacked message after this long; the job claim makes redelivery harmless.",
     )
     redispatch_after_s: float = Field(
-        300.0,
+        30.0,  # issue 20: 300 left a host idle 5 min after a Redis flush; a live host vouches within a poll
         gt=0,
-        description="A queued job no worker has vouched for this long is sent to the broker again (lost messages, "
+        le=3600,
+        description="A placed job no worker has vouched for this long is placed and sent again (lost messages, "
         "a flushed Redis); a repeated message is a no-op once the job is claimed.",
     )
     embedded_poll_s: float = Field(
@@ -192,6 +201,67 @@ class Settings(BaseSettings):
     job_memory_limit_mb: int | None = Field(
         None, ge=64, description="Default memory limit of a job's processes (MiB) when its spec sets none."
     )
+    # --- a Slurm pool (worker/slurm/, `rankzero slurm-agent`; docs/slurm.md) ---
+    slurm_pool: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9._-]{1,100}$",
+        description="The pool (a job's queue) `rankzero slurm-agent` hands to Slurm; rankzero places nothing there.",
+    )
+    slurm_partition: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", description="sbatch --partition (default: the cluster's)."
+    )
+    slurm_account: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", description="sbatch --account (fair share charged to it)."
+    )
+    slurm_qos: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", description="sbatch --qos.")
+    slurm_time_limit_min: int = Field(
+        24 * 60,
+        ge=1,
+        le=525_600,
+        description="sbatch --time of every job (minutes); a job checkpoints and requeues "
+        "itself before it runs out (slurm_signal_margin_s).",
+    )
+    slurm_signal_margin_s: int = Field(
+        180,
+        ge=30,
+        le=3600,
+        description="sbatch --signal=USR1@margin: the ranks checkpoint this long before the time "
+        "limit (Slurm may signal up to 60 s early; leave room for a checkpoint).",
+    )
+    slurm_sbatch_options: str = Field(
+        "",
+        max_length=2000,
+        description="Extra sbatch options for every job of the pool, separated by spaces "
+        "(e.g. '--constraint=a100 --mem=64G'); only the names in SLURM_ALLOWED_OPTIONS.",
+    )
+    slurm_nice_for_priority: bool = Field(
+        False,
+        description="Map a job's priority to sbatch --nice (priority p → nice 1000 − p; 0 for p ≥ 1000): "
+        "higher rankzero priority, earlier in Slurm's queue. Off: the QOS alone decides.",
+    )
+    slurm_gpus_per_rank: int = Field(
+        0,
+        ge=0,
+        le=8,
+        description="GPUs each rank of a device 'auto' job asks for (--gpus-per-node = ranks × this); "
+        "a device 'cuda' job asks for at least 1.",
+    )
+    slurm_python: str | None = Field(
+        None,
+        max_length=4096,
+        description="The Python on the compute nodes (with rankzero and torch installed, on the "
+        "shared file system); default: the agent's own.",
+    )
+    slurm_runs_dir: Path | None = Field(
+        None, description="The runs dir as the compute nodes see it (shared with the agent); default: runs_dir."
+    )
+    slurm_poll_s: float = Field(
+        2.0, ge=0.2, le=300, description="How often the agent asks Slurm (one squeue, one sacct for missing jobs)."
+    )
+    slurm_command_timeout_s: float = Field(
+        30.0, ge=1, le=600, description="A Slurm command slower than this is abandoned and retried next period."
+    )
+
     # --- the job sandbox (worker/sandbox.py; docs/security.md "The job sandbox") ---
     sandbox: Literal["on", "off"] = Field(
         "on",
@@ -205,6 +275,33 @@ class Settings(BaseSettings):
     )
     sandbox_pids_max: int = Field(
         16384, ge=64, description="Most processes and threads one attempt's sandbox may hold (its cgroup's pids limit)."
+    )
+    # --- a job's quotas (issue 19 items 4, 6: worker/quota.py, worker/bundle_cache.py; docs/security.md "Quotas") ---
+    job_disk_limit_mb: int = Field(
+        51_200,
+        ge=0,
+        le=1 << 30,
+        description="Default disk limit of a job's run dir (MiB) when its spec sets no disk_limit_mb; 0: no limit.",
+    )
+    job_max_series: int = Field(
+        2_000,
+        ge=10,
+        le=1_000_000,
+        description="Most distinct metric series one job stores; later series are counted, not stored (the job "
+        "page says so).",
+    )
+    job_max_points_per_series: int = Field(
+        2_000_000,
+        ge=100,
+        le=1_000_000_000,
+        description="Most points one metric series of a job stores; later points are counted, not stored.",
+    )
+    bundle_cache_max_bytes: int = Field(
+        20_000_000_000,
+        ge=1_000_000,
+        le=1 << 50,
+        description="Size cap of this host's unpacked-bundle cache; past it the least recently used bundles no "
+        "running attempt uses are removed.",
     )
     # --- what a job spec may ask for (api/submit_policy.py; docs/trainer.md "Limits") ---
     datasets_dir: Path | None = Field(
@@ -227,6 +324,22 @@ class Settings(BaseSettings):
     )
     max_active_jobs: int = Field(
         100, ge=1, description="Most jobs queued or running at once; a submit past it is refused (429)."
+    )
+    # --- team (issue 23): members' default quotas and fair share (core/quotas.py, core/fair_share.py) ---
+    quota_gpus: int = Field(
+        8, ge=0, le=100_000, description="A member's default quota: most GPUs her jobs hold at once (admins set each)."
+    )
+    quota_cpu_slots: int = Field(
+        64, ge=0, le=1_000_000, description="A member's default quota: most CPU rank slots her jobs hold at once."
+    )
+    quota_queued: int = Field(
+        100, ge=0, le=100_000, description="A member's default quota: most jobs she has queued at once."
+    )
+    fair_share_half_life_s: float = Field(
+        3600.0,
+        ge=1.0,
+        le=90 * 24 * 3600.0,
+        description="Fair share: a user's recorded usage (GPU- or slot-seconds) halves every this many seconds.",
     )
     rank_env: str = Field(
         "", description="Comma-separated extra environment variables the ranks get (beyond the built-in allow-list)."
@@ -253,6 +366,34 @@ class Settings(BaseSettings):
     )
     api_url: str | None = Field(
         None, description="The API's URL, for workers on hosts without the shared runs dir (they fetch bundles)."
+    )
+    # --- the artifact store and outputs (issue 22 part B; core/artifacts/, docs/storage.md) ---
+    artifact_store: str = Field(
+        "",
+        max_length=600,
+        pattern=r"^(|s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._/-]{0,500})?)$",
+        description="Where checkpoints and outputs of hosts without the API's runs dir go: empty (the API's runs "
+        "dir) or s3://bucket/prefix (any S3-compatible store; see the RANKZERO_S3_* settings).",
+    )
+    s3_endpoint_url: str | None = Field(
+        None, max_length=500, pattern=r"^https?://\S+$", description="S3 endpoint (MinIO, Ceph…); unset: AWS."
+    )
+    s3_region: str = Field("us-east-1", pattern=r"^[a-z0-9-]{1,40}$", description="S3 region.")
+    s3_access_key_id: str | None = Field(
+        None, max_length=200, description="S3 access key; unset: boto3's chain (env, ~/.aws, role)."
+    )
+    s3_secret_access_key: SecretStr | None = Field(None, description="S3 secret key (with s3_access_key_id).")
+    artifact_max_file_bytes: int = Field(
+        200_000_000_000, ge=1024, le=5_000_000_000_000, description="Largest file a worker may upload to the store."
+    )
+    ship_every_s: float = Field(
+        2.0, ge=0.1, le=600, description="How often a worker that uploads to the store ships what its jobs wrote."
+    )
+    outputs_max_files: int = Field(
+        10_000, ge=1, le=1_000_000, description="Most output files listed (and archived) for one job."
+    )
+    outputs_max_archive_bytes: int = Field(
+        20_000_000_000, ge=1024, description="Largest folder (sum of file sizes) downloadable as one archive."
     )
     # --- operating it: metrics, webhooks, GPU health (docs/operations.md) ---
     metrics_address: str | None = Field(
@@ -289,6 +430,80 @@ class Settings(BaseSettings):
     gpu_max_temp_c: int = Field(
         90, ge=40, le=120, description="A GPU hotter than this (°C) is taken out of placement until it cools."
     )
+
+    # --- a job's own Python packages (worker/environments/; docs/your-code.md "Bring your own packages") ---
+    environments: Literal["on", "off"] = Field(
+        "on",
+        description="Build the Python packages a job names (spec `environment`); 'off' fails such a job at its start "
+        "saying so (an admin's switch: jobs then import only what the service has).",
+    )
+    environment_dir: Path | None = Field(
+        None, description="This host's cache of built environments; default <data_dir>/environments."
+    )
+    environment_index_url: str | None = Field(
+        None,
+        max_length=2000,
+        pattern=r"^(https?|file)://\S+$",
+        description="The package index environments resolve from (uv's --index-url); default: PyPI.",
+    )
+    environment_extra_index_urls: str = Field(
+        "",
+        max_length=10_000,
+        description="Comma-separated extra package indexes (uv's --extra-index-url), e.g. PyTorch's wheel index.",
+    )
+    environment_find_links: Path | None = Field(
+        None, description="A folder of wheels offered beside the index (uv's --find-links), e.g. an air-gapped mirror."
+    )
+    environment_offline: bool = Field(
+        False,
+        description="Resolve and install from environment_find_links only: no index, no network (air-gapped hosts).",
+    )
+    environment_cache_max_bytes: int = Field(
+        50_000_000_000,
+        ge=100_000_000,
+        description="Size cap of this host's environment cache; past it the least recently used environments no "
+        "live job uses are removed.",
+    )
+    environment_build_timeout_s: float = Field(
+        1800.0, ge=10, le=24 * 3600, description="A resolution or build taking longer fails the job saying so."
+    )
+    environment_reuse_s: float = Field(
+        24 * 3600.0,
+        ge=0,
+        le=365 * 24 * 3600,
+        description="A new job whose requirements another job resolved this recently takes that job's lock (no "
+        "resolution, a cached start); 0 resolves every new job afresh.",
+    )
+
+    @field_validator("slurm_sbatch_options")
+    @classmethod
+    def _sbatch_options(cls, value: str) -> str:
+        for option in value.split():
+            name = option.split("=", 1)[0]
+            if name not in SLURM_ALLOWED_OPTIONS or any(c.isspace() or c in "'\"`$;\\" for c in option):
+                raise ValueError(
+                    f"sbatch option {option!r} is not allowed: use --NAME=VALUE (no spaces or quotes) with NAME one of "
+                    + ", ".join(sorted(SLURM_ALLOWED_OPTIONS))
+                )
+        return " ".join(value.split())
+
+    @field_validator("environment_extra_index_urls")
+    @classmethod
+    def _index_urls(cls, value: str) -> str:
+        urls = [u.strip() for u in value.split(",") if u.strip()]
+        for url in urls:
+            if not url.startswith(("http://", "https://", "file://")) or any(c.isspace() for c in url):
+                raise ValueError(f"an extra index URL is http(s):// or file:// without spaces: {url!r}")
+        return ",".join(urls)
+
+    @model_validator(mode="after")
+    def _offline_needs_wheels(self) -> Settings:
+        if self.environment_offline and self.environment_find_links is None:
+            raise ValueError(
+                "RANKZERO_ENVIRONMENT_OFFLINE needs RANKZERO_ENVIRONMENT_FIND_LINKS "
+                "(the folder of wheels to install from)"
+            )
+        return self
 
     @field_validator("api_token")
     @classmethod
@@ -378,6 +593,10 @@ class Settings(BaseSettings):
     @property
     def trusted_proxy_hosts(self) -> frozenset[str]:
         return frozenset(h.strip() for h in self.trusted_proxies.split(",") if h.strip())
+
+    @property
+    def resolved_environment_dir(self) -> Path:
+        return (self.environment_dir or self.data_dir / "environments").resolve()
 
     @property
     def rank_env_names(self) -> list[str]:

@@ -10,7 +10,19 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, Column, DateTime, Index, Integer, Text, UniqueConstraint, false
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+)
 from sqlmodel import Field, SQLModel
 
 
@@ -88,6 +100,16 @@ class Job(SQLModel, table=True):
     error: str | None = Field(default=None, sa_column=Column(Text))
     failed_rank: int | None = None
     exit_code: int | None = None
+
+    # --- a job run by an external backend (core/backends.py; Slurm: worker/slurm/, docs/slurm.md) ---
+    backend_job_id: str | None = Field(default=None, max_length=64)  # the Slurm job id while handed to Slurm
+    backend_first_attempt: int | None = None  # the attempt its backend's restart 0 runs as (restart r: + r)
+
+    # --- team (issue 23): who submitted it, and housekeeping ---
+    owner_id: int | None = Field(default=None, foreign_key="users.id", index=True)  # None only for rows of old tests
+    archived: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false(), index=True))
+    tags: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]"))
+    note: str | None = Field(default=None, sa_column=Column(Text))
 
 
 class JobTransition(SQLModel, table=True):
@@ -190,8 +212,26 @@ class Host(SQLModel, table=True):
     drain_note: str | None = Field(default=None, sa_column=Column(Text))
     # GPUs the worker's health check took out of placement, with why: {"0": "Xid 79 ..."} (worker/gpu_health.py).
     gpu_faults: dict[str, str] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    # Whether its jobs' files reach the API: "shared" runs dir, "store" (uploads), "unknown" (core/artifacts/).
+    storage: str = Field(default="unknown", sa_column=Column(String(16), nullable=False, server_default="unknown"))
     registered_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
     heartbeat_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+
+class SlurmNode(SQLModel, table=True):
+    """A node of a Slurm pool's cluster as `sinfo` last showed it (one row per node and partition), written by
+    `rankzero slurm-agent` (worker/slurm/agent.py) for the hosts page: rankzero places nothing on it."""
+
+    __tablename__ = "slurm_nodes"  # pyright: ignore[reportAssignmentType]
+
+    pool: str = Field(primary_key=True, max_length=100)
+    node: str = Field(primary_key=True, max_length=200)
+    partition: str = Field(primary_key=True, max_length=100)
+    state: str = Field(max_length=100)  # idle, mixed, allocated, drained, down, ...
+    reason: str | None = Field(default=None, sa_column=Column(Text))  # why drained or down, as Slurm says
+    cpus: str = Field(default="", max_length=40)
+    gres: str = Field(default="", max_length=400)  # e.g. gpu:a100:4
+    seen_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
 
 
 class SchedulerLease(SQLModel, table=True):
@@ -243,3 +283,137 @@ class NotificationDelivery(SQLModel, table=True):
     last_error: str | None = Field(default=None, sa_column=Column(Text))
     delivered_at: datetime | None = _ts()
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+
+# --- team (issue 23): users, their tokens and dashboard sessions, quotas, fair-share usage, audit log ---
+
+
+class User(SQLModel, table=True):
+    """A person (or service) with a role: admin, member or viewer. Id 1 is the first admin, whom the
+    server's own token (RANKZERO_API_TOKEN / <data dir>/api_token) signs in as."""
+
+    __tablename__ = "users"  # pyright: ignore[reportAssignmentType]
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(max_length=40, unique=True, index=True)
+    role: str = Field(max_length=10)  # admin, member, viewer (core/users.py ROLES)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    # Quotas; None: the member default of the settings (RANKZERO_QUOTA_*). core/quotas.py reads them.
+    max_gpus: int | None = None
+    max_cpu_slots: int | None = None
+    max_queued: int | None = None
+
+
+class ApiToken(SQLModel, table=True):
+    """A user's bearer token, stored only as its SHA-256 (tokens are 256 random bits: no salt or
+    slow hash needed). Revoked tokens stay (revoked_at set) so the audit log keeps naming them."""
+
+    __tablename__ = "api_tokens"  # pyright: ignore[reportAssignmentType]
+
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: int = Field(foreign_key="users.id", index=True, ondelete="CASCADE")
+    name: str = Field(max_length=60)
+    token_sha256: str = Field(max_length=64, unique=True, index=True)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    last_used_at: datetime | None = _ts()
+    revoked_at: datetime | None = _ts()
+
+
+class WebSession(SQLModel, table=True):
+    """One dashboard sign-in. The cookie names it (signed); signing out deletes this row only, and
+    revoking the token it was opened with deletes every row of that token."""
+
+    __tablename__ = "web_sessions"  # pyright: ignore[reportAssignmentType]
+
+    id: str = Field(primary_key=True, max_length=64)  # random; the cookie carries it signed
+    user_id: int = Field(foreign_key="users.id", index=True, ondelete="CASCADE")
+    token_id: int | None = Field(default=None, foreign_key="api_tokens.id", index=True, ondelete="CASCADE")
+    csrf: str = Field(max_length=64)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+
+class UserUsage(SQLModel, table=True):
+    """Fair share: a user's decayed usage (GPU- or slot-seconds) as of `as_of` (core/fair_share.py).
+    Updated incrementally by the scheduler each pass, never recomputed from history."""
+
+    __tablename__ = "user_usage"  # pyright: ignore[reportAssignmentType]
+
+    user_id: int = Field(foreign_key="users.id", primary_key=True, ondelete="CASCADE")
+    usage: float = 0.0  # unit-seconds (GPUs + CPU slots held × seconds), decayed to `as_of`
+    as_of: float = 0.0  # unix seconds
+    rate: float = 0.0  # units the user's jobs held as of `as_of`: charged until the next update
+
+
+class AuditEvent(SQLModel, table=True):
+    """Who did what, when: one row per state-changing request (core/audit.py)."""
+
+    __tablename__ = "audit_events"  # pyright: ignore[reportAssignmentType]
+
+    id: int | None = Field(default=None, primary_key=True)
+    at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False, index=True))
+    actor_id: int | None = Field(default=None, index=True)  # no FK: the log outlives a deleted user
+    actor: str = Field(max_length=40)  # the user's name at the time
+    action: str = Field(max_length=40, index=True)  # job.submit, job.cancel, user.add, token.revoke, host.drain…
+    target: str = Field(max_length=200)  # "job 12", "user alice", "host gpu-1"
+    detail: str | None = Field(default=None, sa_column=Column(Text))
+
+
+# --- sweeps (issue 24): a hyperparameter search whose trials are ordinary jobs (core/sweeps/) ---
+
+
+class Sweep(SQLModel, table=True):
+    """One search. `spec` is the validated SweepSpec (core/sweeps/space.py); the driver
+    (core/sweeps/driver.py, each scheduler pass) creates its trials as jobs until `trials` are made
+    and ended. status: running, paused (no new trial), cancelled, finished."""
+
+    __tablename__ = "sweeps"  # pyright: ignore[reportAssignmentType]
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(max_length=100, index=True)
+    spec: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    status: str = Field(default="running", max_length=20, index=True)
+    queue: str = Field(max_length=100)  # the pool its trials are submitted to
+    owner_id: int | None = Field(default=None, foreign_key="users.id", index=True)  # whose jobs its trials are
+    note: str | None = Field(default=None, sa_column=Column(Text))  # why it ended, or the last problem
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    finished_at: datetime | None = _ts()
+
+
+class SweepTrial(SQLModel, table=True):
+    """A trial: the link from a sweep to the job that runs it, its values, and what only the sweep knows
+    (pruned, and the pruner's rung records, kept so the rebuilt Optuna study judges as the last did)."""
+
+    __tablename__ = "sweep_trials"  # pyright: ignore[reportAssignmentType]
+    __table_args__ = (UniqueConstraint("sweep_id", "number", name="uq_sweep_trials_sweep_number"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    sweep_id: int = Field(foreign_key="sweeps.id", index=True, ondelete="CASCADE")
+    number: int  # 0, 1, … in the order the trials were made
+    job_id: int = Field(foreign_key="jobs.id", unique=True, ondelete="CASCADE")
+    params: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    pruned: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
+    pruned_step: int | None = None
+    rungs: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+
+
+class JobEnvironment(SQLModel, table=True):
+    """A job's own Python packages (spec `environment`; worker/environments/): the lock its first build resolved,
+    which every node, restart and resume of it installs, and how the last preparation went."""
+
+    __tablename__ = "job_environments"  # pyright: ignore[reportAssignmentType]  (SQLModel declares it an attr)
+
+    job_id: int = Field(foreign_key="jobs.id", primary_key=True, ondelete="CASCADE")
+    input_hash: str = Field(max_length=64, index=True)  # sha256 of the requirements as given, normalised
+    lock: str | None = Field(default=None, sa_column=Column(Text))  # `name==version` lines, sorted
+    key: str | None = Field(default=None, max_length=64)  # the cache entry: lock, Python, the service's torch
+    packages: list[dict[str, str]] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    own_torch: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
+    python: str | None = Field(default=None, max_length=40)
+    torch: str | None = Field(default=None, max_length=60)
+    state: str = Field(default="resolving", max_length=20)  # resolving, building, ready, failed
+    cached: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
+    prepare_s: float | None = None  # the last preparation's duration (resolve + build, or a cache hit)
+    size_bytes: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    error: str | None = Field(default=None, sa_column=Column(Text))
+    resolved_at: datetime | None = _ts()
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))

@@ -3,7 +3,8 @@
     rankzero.log(step, {"train/loss": loss})      every rank; tensors averaged across ranks, rank 0 writes
     rankzero.progress(step, total_steps)          progress and ETA in the UI and the CLI
     rankzero.save_checkpoint(state, step)         rank 0 writes it atomically; listed, downloadable, pruned
-    rankzero.load_checkpoint(map_location=...)    the newest checkpoint of this job (after a restart), or None
+    rankzero.load_checkpoint(map_location=...)    the newest checkpoint of this job (after a restart), else the
+                                                  one it was resumed from (`rankzero resume`), or None
     rankzero.should_stop()                        True on every rank once the job is being stopped;
                                                   save and `sys.exit(rankzero.EXIT_STOPPED)`
     rankzero.flush()                              every rank: write what `log` holds back (it averages
@@ -35,11 +36,13 @@ _CALLS = {
     "load_checkpoint": "rankzero._checkpoints",
     "UnsafeCheckpointError": "rankzero._checkpoints",
     "should_stop": "rankzero._stop",
+    "params": "rankzero._params",  # the job's spec `params` (sweeps)
 }
 
 if TYPE_CHECKING:  # the lazy names, for type checkers and editors (at run time __getattr__ imports them)
     from rankzero._checkpoints import UnsafeCheckpointError, load_checkpoint, save_checkpoint
     from rankzero._metrics import flush, log
+    from rankzero._params import params
     from rankzero._progress import progress
     from rankzero._stop import should_stop
 
@@ -54,11 +57,13 @@ __all__ = [  # the same names as _CALLS (tests/sdk check it), spelled out so a t
     "load_checkpoint",
     "UnsafeCheckpointError",
     "should_stop",
+    "params",
 ]
 
 
 def job() -> Any:
-    """This process's job (`rankzero.env.JobEnv`: run_dir, job_id, attempt, datasets_dir, …); run_dir None = local."""
+    """This process's job (`rankzero.env.JobEnv`: run_dir, job_id, attempt, datasets_dir, resume_from, world_size,
+    accumulation_steps, …); run_dir None = local."""
     from rankzero import env
 
     return env.read()

@@ -79,11 +79,13 @@ def _load(path: Path, map_location: Any, weights_only: bool) -> Any:
 
 
 def load_checkpoint(map_location: Any = None, *, weights_only: bool = True) -> Any | None:
-    """The newest intact checkpoint of this job (what an earlier attempt saved), or None: none yet,
-    or local mode. Intact is the service's one rule (trainer/checkpoint_files.py): the file's bytes
-    match the sha256 its `checkpoint` event recorded, the checkpoint the worker would resume from. A
-    file that fails that, or does not load, is skipped for the one before it, with a warning. Any
-    rank may call it (each reads the file); `map_location` as for `torch.load`."""
+    """The newest intact checkpoint of this job (what an earlier attempt saved); before the job has saved
+    one of its own, the checkpoint it was started from (spec `resume_from`: `rankzero resume JOB
+    --checkpoint STEP`, "Resume from here", RANKZERO_RESUME_FROM); else None (or local mode). Intact is
+    the service's one rule (trainer/checkpoint_files.py): the file's bytes match the sha256 its
+    `checkpoint` event recorded, the checkpoint the worker would resume from. A file that fails that, or
+    does not load, is skipped for the one before it, with a warning. Any rank may call it (each reads
+    the file); `map_location` as for `torch.load`."""
     job = _runtime.job()
     if job.run_dir is None:  # local mode
         _runtime.notice_local()
@@ -100,6 +102,10 @@ def load_checkpoint(map_location: Any = None, *, weights_only: bool = True) -> A
         except _DAMAGED as exc:
             print(f"rankzero: skipping checkpoint {path.name}, which does not load: {exc}", file=sys.stderr)
     _warn_passed_over(passed_over)
+    if job.resume_from is not None:
+        # The API confined it to the runs dir and matched it to a recorded checkpoint at submit; it is
+        # the one file of another run the job's sandbox shows (read-only).
+        return _load(job.resume_from, map_location, weights_only)
     return None
 
 

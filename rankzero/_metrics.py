@@ -36,7 +36,12 @@ from trainer.event_types import EventType, Metric
 
 BLOCK_S = 0.5
 MAX_BLOCK = 1_000
-EXIT_WAIT = timedelta(seconds=10)
+# The exit flush waits at most this long for the other ranks' share of the last block (a normal
+# exit: they are exiting too). After an uncaught exception it does not run at all (`_flush_at_exit`).
+EXIT_WAIT = timedelta(seconds=2)
+# What the exit hook prints when it skips the flush after a crash: "rankzero: " lines are the SDK's own,
+# never a failure's headline (worker/errors.py passes over them).
+SKIPPED_ON_CRASH = "rankzero: exiting on an uncaught exception: the last {} logged steps were not averaged (no wait)"
 
 
 @dataclass(frozen=True)
@@ -178,6 +183,11 @@ def _flush_last(timeout: timedelta | None = None) -> None:
 
 
 def _flush_at_exit() -> None:
+    """At exit: average the last rows, waiting at most EXIT_WAIT; skipped on a crash, which never waits
+    for peers (a rank that raised must show its traceback and exit at once: its peers may be gone)."""
+    if _runtime.crashed():
+        print(SKIPPED_ON_CRASH.format(len(_blocks.rows)), file=sys.stderr, flush=True)
+        return
     _flush_last(EXIT_WAIT)
 
 

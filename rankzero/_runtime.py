@@ -12,7 +12,7 @@ import threading
 
 import torch.distributed as dist
 
-from rankzero import env
+from rankzero import _crash, env
 from trainer.events import EventLog
 from trainer.run_dir import RunDir
 
@@ -24,6 +24,10 @@ _lock = threading.Lock()
 _job: env.JobEnv | None = None
 _events: EventLog | None = None
 _noticed_local = False
+# How long the exit hooks may spend writing what is queued after a crash (the traceback is already out;
+# the worker must see the rank's exit at once, not after a wait on peers that may be gone).
+CRASH_WRITE_S = 1.0
+crashed = _crash.crashed
 
 
 def initialized() -> bool:
@@ -45,6 +49,7 @@ def job() -> env.JobEnv:
     global _job
     if _job is None:
         _job = env.read()
+        _crash.watch_for_crash()
     return _job
 
 
@@ -81,12 +86,18 @@ def notice_local() -> None:
 
 
 def close() -> None:
-    """Write every queued event and close the log (at exit; safe to call twice)."""
+    """Write every queued event and close the log (at exit; safe to call twice). After a crash it
+    writes for at most CRASH_WRITE_S and never joins the writer: a queued metric block may wait on an
+    all-reduce whose peers are gone, and the crash must surface now (the writer is a daemon thread)."""
     global _events
     with _lock:
         log, _events = _events, None
-    if log is not None:
-        log.close()
+    if log is None:
+        return
+    if _crash.crashed():
+        log.flush(timeout=CRASH_WRITE_S)
+        return
+    log.close()
 
 
 def reset() -> None:
@@ -94,3 +105,4 @@ def reset() -> None:
     global _job, _noticed_local
     close()
     _job, _noticed_local = None, False
+    _crash.forget()

@@ -10,6 +10,9 @@ the trainer, torchrun, the CLI or a server themselves, or that wait out real tim
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
 
 pytest_plugins = [
@@ -27,6 +30,14 @@ SERVICE_FIXTURES = frozenset({
     "live_api", "workers", "service", "web_service", "redis_server", "pg_cluster", "pg_url",
     "browser", "new_page", "page", "served_api", "launch_probe", "launch_node",
 })  # fmt: skip
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A developer's saved `rankzero login` profile must not reach the tests (cli/client.py `config_dir`):
+    # every CLI the suite starts, in-process or as a subprocess, looks in an empty folder of its own.
+    os.environ["RANKZERO_CONFIG_DIR"] = tempfile.mkdtemp(prefix="rankzero-test-config-")
+
+
 SERVICE_MARKERS = frozenset({"postgres", "redis", "browser"})
 LAUNCHES_PROCESSES = (
     "tests/trainer/test_trainer_cli.py",

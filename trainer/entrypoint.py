@@ -4,8 +4,11 @@
     "-m mypkg.train --lr 0.1"       a module inside the bundle (python -m), then its arguments
 
 Parsed like a POSIX shell line (shlex: quotes group words) but no shell ever runs it: the words go
-to torchrun as they are. The script is a relative path that stays inside the bundle (no absolute
-path, no `..`, no leading `-` that torchrun would read as one of its own options).
+to torchrun as they are. In the arguments (only there) `${RANKZERO_DATASETS_DIR}`, `${RANKZERO_RUN_DIR}`
+and `${RANKZERO_JOB_ID}` are replaced by the job's values when it launches (`$$` is a literal `$`); any
+other `$` is refused at submit, since no shell would ever expand it. The script is a relative path
+that stays inside the bundle (no absolute path, no `..`, no leading `-` that torchrun would read as
+one of its own options).
 """
 
 from __future__ import annotations
@@ -19,6 +22,29 @@ MAX_WORDS = 256
 MAX_WORD_CHARS = 1024
 MAX_SCRIPT_CHARS = 512
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+# The variables an entrypoint's arguments may name (rankzero/env.py names them for the ranks too).
+EXPANDED = ("RANKZERO_DATASETS_DIR", "RANKZERO_RUN_DIR", "RANKZERO_JOB_ID")
+_DOLLAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]{0,63})\}|\$")
+
+
+def _expand(word: str, values: dict[str, str] | None) -> str:
+    """`word` with `$$` → `$` and `${NAME}` → values[NAME] (NAME in EXPANDED); ValueError for any other `$`.
+    `values` None only checks the word."""
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        name = m.group(1)
+        if name is None or name not in EXPANDED:
+            shown = m.group(0) if name is not None else "$"
+            raise ValueError(
+                f"entrypoint word {word!r}: {shown!r} is not expanded (no shell runs the entrypoint); only "
+                + ", ".join(f"${{{n}}}" for n in EXPANDED)
+                + " are; write $$ for a literal $"
+            )
+        return "" if values is None else values[name]
+
+    return _DOLLAR.sub(one, word)
 
 
 @dataclass(frozen=True)
@@ -33,6 +59,10 @@ class Entrypoint:
         """The words after torchrun's own options: `<script> <args>` or `-m <module> <args>`."""
         head = ["-m", self.module] if self.module is not None else [str(self.script)]
         return [*head, *self.args]
+
+    def expanded(self, values: dict[str, str]) -> Entrypoint:
+        """The same entrypoint with its arguments' `${RANKZERO_...}` replaced by `values` (one per EXPANDED)."""
+        return Entrypoint(self.script, self.module, tuple(_expand(word, values) for word in self.args))
 
     @property
     def target(self) -> str:
@@ -89,5 +119,9 @@ def parse_entrypoint(text: str) -> Entrypoint:
     """The entrypoint's script or module and arguments; ValueError saying what is wrong otherwise."""
     words = _words(text)
     if words[0] == "-m":
-        return Entrypoint(script=None, module=_check_module(words), args=tuple(words[2:]))
-    return Entrypoint(script=_check_script(words[0]), module=None, args=tuple(words[1:]))
+        entry = Entrypoint(script=None, module=_check_module(words), args=tuple(words[2:]))
+    else:
+        entry = Entrypoint(script=_check_script(words[0]), module=None, args=tuple(words[1:]))
+    for word in entry.args:
+        _expand(word, None)  # only the names it expands; the values come at launch
+    return entry

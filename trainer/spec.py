@@ -7,8 +7,10 @@ refused. Cross-field rules live in `_check_consistency` so errors name the field
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import shlex
 import sys
 from typing import Annotated, Any, Literal
 
@@ -25,6 +27,7 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from trainer import catalogue
+from trainer.entrypoint import EXPANDED as ENTRYPOINT_VARIABLES
 from trainer.entrypoint import Entrypoint, parse_entrypoint
 
 # `package.module:function` names user code; anything else names a built-in.
@@ -38,12 +41,15 @@ BUILTIN_MODELS = tuple(catalogue.MODELS)
 BUILTIN_DATA = tuple(catalogue.DATA)
 BUILTIN_LOSSES = catalogue.LOSSES
 MAX_ENTRYPOINT_CHARS = 4096
+# An `outputs` glob: relative to the work dir, no '..', printable (issue 22; api/routes/outputs.py).
+OutputGlob = Annotated[str, Field(min_length=1, max_length=300, pattern=r"^[^/\x00-\x1f\x7f\\][^\x00-\x1f\x7f\\]*$")]
 # Fields only the built-in trainer reads: refused next to an `entrypoint` when the user sets them.
-# (`checkpoint.keep_last` is the one checkpoint field a script job keeps: the SDK prunes by it.)
+# (`checkpoint.keep_last` is the one checkpoint field a script job keeps: the SDK prunes by it. A script
+# job also takes `resume_from`, which `rankzero.load_checkpoint()` returns, and `min_nproc`, whose
+# world size and accumulation the script reads from RANKZERO_WORLD_SIZE / RANKZERO_ACCUMULATION_STEPS.)
 BUILTIN_ONLY_FIELDS = (
     "model", "data", "loss", "optimizer", "scheduler", "batch_size", "accumulation_steps", "sync", "epochs",
-    "max_steps", "precision", "sync_batchnorm", "grad_clip_norm", "seed", "log_every", "eval_every", "resume_from",
-    "min_nproc", "compile",
+    "max_steps", "precision", "sync_batchnorm", "grad_clip_norm", "seed", "log_every", "eval_every", "compile",
 )  # fmt: skip
 
 
@@ -92,6 +98,18 @@ def refuse(field: str, message: str, value: Any = None) -> ValidationError:
     loc = tuple(field.split("."))
     error = PydanticCustomError("value_error", "{message}", {"message": message})
     return ValidationError.from_exception_data("JobSpec", [InitErrorDetails(type=error, loc=loc, input=value)])
+
+
+# Hyperparameters (`params`): named scalars, shown as their own fields and substituted into a script's entrypoint.
+MAX_PARAMS = 64
+PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,63}$")
+PARAM_REFERENCE = re.compile(r"\$\{params\.([A-Za-z_][A-Za-z0-9_.]{0,63})\}")
+ParamValue = Annotated[str, Field(max_length=200)] | bool | int | float
+
+
+def param_text(value: str | bool | int | float) -> str:
+    """A parameter as the word a script reads: JSON's spelling for numbers and booleans (`true`, `0.01`)."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 MAX_CONSOLE_PATTERNS = 20
@@ -154,6 +172,74 @@ class ConsoleMetricsSpec(StrictModel):
     patterns: list[ConsolePattern] = Field(
         default_factory=list, max_length=MAX_CONSOLE_PATTERNS, description="Patterns of your own, beside the defaults."
     )
+
+
+MAX_PACKAGES = 200
+MAX_REQUIREMENT_CHARS = 200
+MAX_REQUIREMENTS_PATH_CHARS = 300
+REQUIREMENTS_FILE_NAMES = ("requirements.txt", "pyproject.toml")
+
+
+def check_requirement(text: str) -> str:
+    """One requirement as pip reads it ('einops', 'timm==1.0.9', 'numpy<2; python_version>"3.9"'), stripped, or
+    a ValueError saying what is wrong. Options (-r, --index-url, -e) and URLs or paths are refused: which indexes
+    are used is the server's setting (RANKZERO_ENVIRONMENT_INDEX_URL), and a job's lock must name versions."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    line = text.strip()
+    if not line or len(line) > MAX_REQUIREMENT_CHARS:
+        raise ValueError(f"a requirement has 1 to {MAX_REQUIREMENT_CHARS} characters: {line[:60]!r}")
+    if line.startswith("-"):
+        raise ValueError(
+            f"{line[:60]!r}: options are not taken (the server sets the package index); give requirements only"
+        )
+    try:
+        req = Requirement(line)
+    except InvalidRequirement as exc:
+        raise ValueError(f"{line[:60]!r} is not a requirement ('name', 'name==1.2', 'name>=1,<2'): {exc}") from None
+    if req.url is not None:
+        raise ValueError(f"{line[:60]!r}: URLs and paths are not taken; name a package and its version from the index")
+    return line
+
+
+class EnvironmentSpec(StrictModel):
+    """The job's own Python packages, built once per host into an environment layered over the service's."""
+
+    requirements: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_REQUIREMENTS_PATH_CHARS,
+        description="A requirements.txt or pyproject.toml inside the `code` bundle (a relative path), resolved "
+        "once for the job into a lock every node and restart installs.",
+    )
+    packages: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_PACKAGES,
+        description="Requirements as pip reads them, e.g. ['einops', 'timm==1.0.9'] (no options or URLs).",
+    )
+
+    @field_validator("requirements")
+    @classmethod
+    def _relative_file(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        parts = v.replace("\\", "/").split("/")
+        if v.startswith("/") or ".." in parts or any(ord(c) < 32 for c in v):
+            raise ValueError("requirements is a relative path inside the code bundle, without '..'")
+        if not v.endswith((".txt", "pyproject.toml")):
+            raise ValueError("requirements names a requirements file (*.txt) or a pyproject.toml")
+        return v
+
+    @field_validator("packages")
+    @classmethod
+    def _requirements(cls, v: list[str]) -> list[str]:
+        return [check_requirement(p) for p in v]
+
+    @model_validator(mode="after")
+    def _something(self) -> EnvironmentSpec:
+        if self.requirements is None and not self.packages:
+            raise ValueError("environment names a requirements file, packages, or both")
+        return self
 
 
 Args = Annotated[
@@ -302,7 +388,8 @@ class JobSpec(StrictModel):
         ge=1,
         le=64,
         description="Elastic fit: start on fewer ranks (at least this many) when fewer are free, with "
-        "accumulation_steps raised so the global batch, and the weights, stay exactly the same. One host only.",
+        "accumulation_steps raised so the global batch stays the same and the weights match up to float rounding "
+        "(the same sums in another order). One host only.",
     )
     priority: int = Field(0, ge=-1000, le=1000, description="Higher runs first; equal priorities run oldest first.")
     preemptible: bool = Field(
@@ -351,13 +438,29 @@ class JobSpec(StrictModel):
         None,
         min_length=1,
         max_length=4096,
-        description="Checkpoint file to resume from (the service only allows paths inside its runs dir).",
+        description="Checkpoint file to resume from (the service only allows paths inside its runs dir); "
+        "a script job gets it from rankzero.load_checkpoint() until it saves its own.",
     )
     max_restarts: int = Field(
         0, ge=0, le=100, description="Restart a failed attempt from its latest checkpoint at most this many times."
     )
     stall_timeout_s: float | None = Field(
         None, ge=10.0, le=7 * 24 * 3600.0, description="Fail (or restart) the job when no event arrives for this long."
+    )
+    # Quotas (issue 19 item 6; worker/quota.py): the worker stops the ranks (they checkpoint) and fails the job.
+    max_runtime_s: int | None = Field(
+        None,
+        ge=1,
+        le=365 * 24 * 3600,
+        description="Stop the job (its ranks save a checkpoint) and fail it once it has been running this many "
+        "seconds since its first start (all attempts).",
+    )
+    disk_limit_mb: int | None = Field(
+        None,
+        ge=1,
+        le=1 << 30,
+        description="Stop the job (its ranks save a checkpoint) and fail it when its run dir grows past this many "
+        "MiB (default: the server's RANKZERO_JOB_DISK_LIMIT_MB).",
     )
     code: str | None = Field(
         None,
@@ -374,11 +477,39 @@ class JobSpec(StrictModel):
         "runs). It runs as `torchrun --nproc-per-node N <entrypoint>` in the bundle; needs `code`.",
     )
 
+    params: dict[str, ParamValue] = Field(
+        default_factory=dict,
+        max_length=MAX_PARAMS,
+        description="Named hyperparameters (sweeps): shown as their own fields; `${params.NAME}` in `entrypoint` is "
+        "replaced by the value at submit, and a script reads them all with `rankzero.params()`.",
+    )
+
+    environment: EnvironmentSpec | None = Field(
+        None,
+        description="Python packages the job imports beyond the service's: a requirements file in the bundle and/or "
+        "a list; built once per host into a cached environment (docs/your-code.md 'Bring your own packages').",
+    )
+
     console_metrics: ConsoleMetricsSpec | None = Field(
         None,
         description="A script job's metrics and progress from its console (rank 0's stdout/stderr): the default "
         "formats, patterns of your own, or defaults false to read nothing. The SDK and TensorBoard win for a name.",
     )
+    outputs: list[OutputGlob] = Field(
+        default_factory=list,
+        max_length=50,
+        description="Which files under the job's work dir are its outputs (listed with size and sha256, "
+        "downloadable): globs relative to the work dir, `*` matching across folders ('plots/*.png', '*.onnx'); "
+        "empty: every file the job writes there.",
+    )
+
+    @field_validator("outputs")
+    @classmethod
+    def _outputs_inside(cls, v: list[str]) -> list[str]:
+        for glob in v:
+            if ".." in glob.split("/"):
+                raise ValueError(f"outputs glob {glob!r} leaves the work dir ('..'): give a path inside it")
+        return v
 
     @field_validator("resume_from")
     @classmethod
@@ -391,11 +522,19 @@ class JobSpec(StrictModel):
     @classmethod
     def _check_entrypoint(cls, v: str | None) -> str | None:
         if v is not None:
-            parse_entrypoint(v)  # raises ValueError naming what is wrong
+            # `${params.NAME}` is replaced at validation (`_substitute_params`): checked here as a plain word.
+            parse_entrypoint(PARAM_REFERENCE.sub("0", v))  # raises ValueError naming what is wrong
         return v
 
     @model_validator(mode="after")
     def _check_consistency(self) -> JobSpec:
+        if self.environment is not None and self.environment.requirements is not None and self.code is None:
+            raise refuse(
+                "environment.requirements",
+                "environment.requirements names a file in the code bundle: submit with --code DIR (or list "
+                "environment.packages instead).",
+            )
+        self._substitute_params()
         if self.entrypoint is not None:
             return self._check_script_job()
         if self.console_metrics is not None:
@@ -418,6 +557,48 @@ class JobSpec(StrictModel):
             raise ValueError("loss null is only for user models that compute their own loss; set loss.name")
         self._check_elastic()
         return self
+
+    @field_validator("params")
+    @classmethod
+    def _check_params(cls, v: dict[str, ParamValue]) -> dict[str, ParamValue]:
+        bad = next((name for name in v if not PARAM_NAME.match(name)), None)
+        if bad is not None:
+            raise ValueError(
+                f"parameter name {bad[:80]!r} is not allowed: letters, digits, '_' and '.', starting with a letter "
+                "or '_', at most 64 characters"
+            )
+        return v
+
+    def _substitute_params(self) -> None:
+        """`${params.NAME}` in the entrypoint becomes the value (one shell word, quoted as needed); an unknown
+        name is refused, naming the field. Done once, at validation: the stored spec holds the substituted
+        line, so a stored spec validates again unchanged and the worker runs exactly what was stored."""
+        if self.entrypoint is None or "${" not in self.entrypoint:
+            return
+        unknown = [m.group(1) for m in PARAM_REFERENCE.finditer(self.entrypoint) if m.group(1) not in self.params]
+        if unknown:
+            known = ", ".join(sorted(self.params)) or "none"
+            raise refuse(
+                "entrypoint",
+                f"entrypoint names ${{params.{unknown[0]}}} but params has no {unknown[0]!r} (params: {known}): "
+                "add it to params or fix the name.",
+                self.entrypoint,
+            )
+        line = PARAM_REFERENCE.sub(lambda m: shlex.quote(param_text(self.params[m.group(1)])), self.entrypoint)
+        # ${RANKZERO_DATASETS_DIR} and the like stay: the worker expands them at launch (trainer/entrypoint.py).
+        if "${" in functools.reduce(lambda text, name: text.replace(f"${{{name}}}", ""), ENTRYPOINT_VARIABLES, line):
+            raise refuse(
+                "entrypoint",
+                "entrypoint has a '${' that is not a ${params.NAME} reference nor one of "
+                + ", ".join(f"${{{n}}}" for n in ENTRYPOINT_VARIABLES)
+                + ": fix or remove it.",
+                line,
+            )
+        try:
+            parse_entrypoint(line)
+        except ValueError as exc:
+            raise refuse("entrypoint", f"with params substituted: {exc}", line) from None
+        vars(self)["entrypoint"] = line
 
     def _check_elastic(self) -> None:
         if self.min_nproc is None:

@@ -1,11 +1,15 @@
-"""Print the job-spec reference table (Markdown) from the JSON Schema: `python -m trainer.spec_doc`.
+"""The job-spec reference table (Markdown) from the JSON Schema: `python -m trainer.spec_doc` prints it,
+`python -m trainer.spec_doc --write docs/trainer.md` replaces the table embedded there.
 
-docs/trainer.md embeds its output, so the reference cannot drift from the model.
+docs/trainer.md embeds its output; tests/scripts/test_spec_reference.py fails when the two differ, so
+the reference cannot drift from the model.
 """
 
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
 from trainer.spec import json_schema
@@ -53,12 +57,48 @@ def _rows(model: dict[str, Any], defs: dict[str, Any], prefix: str) -> list[str]
     return rows
 
 
+HEAD = "| field | type | default | bounds | meaning |"
+
+
 def markdown() -> str:
     schema = json_schema()
     defs = schema.get("$defs", {})
-    head = ["| field | type | default | bounds | meaning |", "|---|---|---|---|---|"]
+    head = [HEAD, "|---|---|---|---|---|"]
     return "\n".join(head + _rows(schema, defs, ""))
 
 
-if __name__ == "__main__":
+def embedded_table(doc: str) -> tuple[int, int]:
+    """The line range [start, end) of the reference table in `doc`: from its header row to the first line
+    that is not a table row. ValueError when the doc has no such table."""
+    lines = doc.splitlines()
+    try:
+        start = lines.index(HEAD)
+    except ValueError:
+        raise ValueError(f"no spec reference table (a line {HEAD!r}) in the document") from None
+    end = start
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    return start, end
+
+
+def with_table(doc: str, table: str) -> str:
+    """`doc` with its embedded reference table replaced by `table`."""
+    start, end = embedded_table(doc)
+    lines = doc.splitlines()
+    return "\n".join([*lines[:start], *table.splitlines(), *lines[end:]]) + ("\n" if doc.endswith("\n") else "")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "--write":
+        path = Path(argv[1])
+        path.write_text(with_table(path.read_text(encoding="utf-8"), markdown()), encoding="utf-8")
+        return 0
+    if argv:
+        print("usage: python -m trainer.spec_doc [--write docs/trainer.md]", file=sys.stderr)
+        return 2
     print(markdown())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -56,8 +56,9 @@ class Layout:
 
     def spec_for_ranks(self, spec_dict: dict[str, Any]) -> dict[str, Any]:
         """The spec the ranks read: with elastic fit, the ranks and accumulation they really run with
-        (the global batch, and so the weights, unchanged)."""
-        if self.nproc != spec_dict.get("nproc") and spec_dict.get("entrypoint") is None:
+        (the global batch, and so the weights, unchanged). A script job gets the same two values, which the
+        worker passes on as RANKZERO_WORLD_SIZE / RANKZERO_ACCUMULATION_STEPS (worker/launch.py `job_env`)."""
+        if self.nproc != spec_dict.get("nproc"):
             return {**spec_dict, "nproc": self.nproc, "accumulation_steps": self.accumulation_steps,
                     "min_nproc": None}  # fmt: skip
         return spec_dict
@@ -92,6 +93,7 @@ class StopReason(str, Enum):
     memory = "memory"  # the job's processes use more memory than its limit (worker/resources.py)
     preempt = "preempt"  # the scheduler needs our place for a higher-priority job: checkpoint, requeue
     host_lost = "host_lost"  # another node's host went silent: stop every node, resume elsewhere
+    limit = "limit"  # a quota broken (max_runtime_s, disk_limit_mb, an overlong event line): stop, checkpoint, fail
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,7 @@ class Seen:
     started: bool = False  # this attempt's first sign of life was seen (it arms the stall watchdog)
     quiet_s: float = 0.0  # seconds since the last sign of life (an event, a heartbeat, a script's output)
     last_step: int | None = None
+    broke_limit: str | None = None  # a quota broken, in words (worker/quota.py `breach`)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ import httpx
 
 from core import bundles
 from core.settings import Settings
+from worker import bundle_cache
 
 log = logging.getLogger("rankzero.worker")
 CACHE_DIRNAME = "bundles"
@@ -113,6 +114,8 @@ def ensure(settings: Settings, code: str, keep_alive: KeepAlive | None = None) -
         with _locked(root / f".{sha256}.lock", tick):
             if not final.is_dir():
                 _unpack(settings, sha256, final, tick)
+        # The cache grew: keep it under its size cap (worker/bundle_cache.py; never this one, never a live job's).
+        bundle_cache.enforce(settings, root, {sha256}, lambda sha: _remove_unpacked(root, sha))
     with contextlib.suppress(OSError):
         os.utime(final)  # last used: the cache keeps it for the retention period from now
     return final
@@ -207,11 +210,16 @@ def prune_cache(settings: Settings, keep: set[str], now: float | None = None) ->
             if path.name.startswith(PARTIAL_PREFIX) and now - path.lstat().st_mtime > bundles.INCOMING_STALE_S:
                 bundles.remove_tree(path) if path.is_dir() else path.unlink()
             elif bundles.SHA256_HEX.match(path.name) and path.name not in keep and stale:
-                with _locked(root / f".{path.name}.lock"):
-                    bundles.remove_tree(path)
-                (root / f".{path.name}.lock").unlink(missing_ok=True)
+                _remove_unpacked(root, path.name)
                 removed.append(path.name)
     return removed
+
+
+def _remove_unpacked(root: Path, sha256: str) -> None:
+    """Remove one unpacked bundle under its lock (an unpack of it in progress finishes first)."""
+    with _locked(root / f".{sha256}.lock"):
+        bundles.remove_tree(root / sha256)
+    (root / f".{sha256}.lock").unlink(missing_ok=True)
 
 
 def sweep(settings: Settings, force: bool = False) -> None:

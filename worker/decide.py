@@ -16,11 +16,18 @@ from enum import Enum
 from typing import Any
 
 from core.tables import JobStatus
+from trainer.checkpoint_files import checkpoint_step
 from trainer.exit_codes import EXIT_OK
 from worker.attempt import Ended, StopReason
 from worker.errors import Failure
 
 S = JobStatus
+
+
+# A taken rendezvous port is retried on a fresh port without spending anything this many times per job;
+# the timeline's words for such a requeue are how node 0 counts them (worker/node_zero.py `_standing`).
+PORT_RETRIES = 3
+PORT_TAKEN_WORDS = "could not bind its rendezvous port"
 
 
 class Counting(str, Enum):
@@ -84,6 +91,8 @@ class Standing:
     max_restarts: int = 0
     host_losses: int = 0
     max_host_losses: int = 3
+    ports_taken: int = 0  # earlier attempts that could not bind their rendezvous port (requeued, uncounted)
+    job_id: int | None = None  # names the job in the resume command a failure suggests
 
 
 @dataclass(frozen=True)
@@ -123,26 +132,14 @@ def names_checkpoint(outcome: Outcome) -> bool:
 
 def decide(standing: Standing, ended: Ended, facts: Facts) -> Outcome:
     """The outcome of an attempt whose ranks ended (on their own, or stopped by us)."""
-    reason, code = ended.stopped_for, ended.exit_code
-    if reason is StopReason.replaced:
-        return Nothing(f"attempt {standing.attempt} replaced by a later attempt; ranks stopped, nothing written")
-    if reason is StopReason.cancel:
-        return Finish(S.cancelled, f"cancelled; ranks stopped (exit {code})", code, "cancelled")
-    if reason is StopReason.gone:
-        return Nothing("row left the live states; ranks stopped")
-    if reason is StopReason.drain:
-        detail = "worker shutting down; the job resumes from its latest checkpoint"
-        return Requeue(detail, Counting.nothing, code, "handed back to the queue (worker shutting down)")
-    if reason is StopReason.preempt:
-        who = facts.preempt_for
-        detail = f"preempted to make room for job {who} (higher priority); resumes from its latest checkpoint"
-        return Requeue(detail, Counting.nothing, code, f"preempted for job {who}")
-    if reason is StopReason.host_lost:
-        return host_loss(f"host {ended.note} went silent", standing, code, facts.latest_checkpoint, stopped=True)
+    stopped = _stopped_by_us(standing, ended, facts)
+    if stopped is not None:
+        return stopped
+    code = ended.exit_code
     if looks_finished(ended, facts.finished):
         if facts.hole is not None:  # never a success with a hole in its record; a restart would not fill it
             failure = Failure(message=f"the run's record is incomplete: {facts.hole}", exit_code=code)
-            return fail(failure, facts.latest_checkpoint, account="failed (incomplete record)")
+            return fail(failure, facts.latest_checkpoint, account="failed (incomplete record)", job_id=standing.job_id)
         # After `finished` the final checkpoint and every event are on disk; a rank dying in process-group
         # teardown (seen: gloo aborting when its peer exits first) loses nothing, so it is only noted.
         detail = (
@@ -152,10 +149,49 @@ def decide(standing: Standing, ended: Ended, facts: Facts) -> Outcome:
         )
         return Finish(S.succeeded, detail, code, "succeeded", "finished but its row had moved on")
     if facts.port_taken and failed_on_its_own(ended, facts.finished):
-        # Another process bound the port between our choice and torchrun's bind: never the job's fault.
-        detail = f"attempt {standing.attempt} could not bind its rendezvous port (another process took it); retrying"
-        return Requeue(detail, Counting.nothing, code, "port taken, retrying on a fresh port")
+        return port_taken(standing, code, facts)
     return restart_or_fail(standing, failure_of(ended, facts), facts.peer_lost, facts.latest_checkpoint)
+
+
+def _stopped_by_us(standing: Standing, ended: Ended, facts: Facts) -> Outcome | None:
+    """The outcome of an attempt the worker stopped for a reason of its own (None: the ranks ended by themselves,
+    or were stopped for a failure a restart may cure: stall, memory)."""
+    reason, code = ended.stopped_for, ended.exit_code
+    if reason is StopReason.replaced:
+        return Nothing(f"attempt {standing.attempt} replaced by a later attempt; ranks stopped, nothing written")
+    if reason is StopReason.cancel:
+        return Finish(S.cancelled, f"cancelled; ranks stopped (exit {code})", code, "cancelled")
+    if reason is StopReason.gone:
+        return Nothing("row left the live states; ranks stopped")
+    if reason is StopReason.drain:  # the note says whose: an operator's drain of the host, or a worker's stop
+        why = ended.note or "worker shutting down"
+        return Requeue(f"{why}; the job resumes from its latest checkpoint", Counting.nothing, code,
+                       f"handed back to the queue ({why})")  # fmt: skip
+    if reason is StopReason.preempt:
+        who = facts.preempt_for
+        detail = f"preempted to make room for job {who} (higher priority); resumes from its latest checkpoint"
+        return Requeue(detail, Counting.nothing, code, f"preempted for job {who}")
+    if reason is StopReason.limit:  # a quota: a restart would break it again (worker/quota.py)
+        failure = Failure(message=f"{ended.note}; the worker stopped its ranks", exit_code=code)
+        return fail(failure, facts.latest_checkpoint, account="failed (over a limit)", job_id=standing.job_id)
+    if reason is StopReason.host_lost:
+        return host_loss(f"host {ended.note} went silent", standing, code, facts.latest_checkpoint, stopped=True)
+    return None
+
+
+def port_taken(standing: Standing, code: int | None, facts: Facts) -> Outcome:
+    """An attempt that could not bind its rendezvous port: another process bound it between our choice and
+    torchrun's bind, never the job's fault, so retried on a fresh port without spending anything, PORT_RETRIES
+    times. Then it counts like any failure: something binds whatever port is picked (or the job's own code
+    binds a port that is taken), and free retries would loop forever."""
+    if standing.ports_taken < PORT_RETRIES:
+        detail = f"attempt {standing.attempt} {PORT_TAKEN_WORDS} (another process took it); retrying on a fresh port"
+        return Requeue(detail, Counting.nothing, code, "port taken, retrying on a fresh port")
+    message = (
+        f"{PORT_TAKEN_WORDS} {standing.ports_taken + 1} times, each time on a fresh random port: another process "
+        "on this host keeps binding it, or the job's own code binds a port that is taken (torchrun's log says which)"
+    )
+    return restart_or_fail(standing, Failure(message=message, exit_code=code), facts.peer_lost, facts.latest_checkpoint)
 
 
 def failure_of(ended: Ended, facts: Facts) -> Failure:
@@ -209,7 +245,7 @@ def restart_or_fail(standing: Standing, failure: Failure, peer_lost: str | None,
     restart while spec.max_restarts allows, else the job fails."""
     if peer_lost is not None:
         return host_loss(f"host {peer_lost} went silent ({failure.message})", standing, failure.exit_code, latest)
-    failed = fail(failure, latest)
+    failed = fail(failure, latest, job_id=standing.job_id)
     if standing.restarts_used < standing.max_restarts:
         n, most = standing.restarts_used + 1, standing.max_restarts
         detail = (
@@ -233,15 +269,28 @@ def host_loss(
             f"{what}, and the job had already lost its host {losses} times (RANKZERO_MAX_HOST_LOSSES "
             f"{most}): not resumed again; check whether the job exhausts its hosts (memory, disk)"
         )
-        return fail(Failure(message=message, exit_code=exit_code), latest, account="failed (too many host losses)")
+        return fail(
+            Failure(message=message, exit_code=exit_code),
+            latest,
+            account="failed (too many host losses)",
+            job_id=standing.job_id,
+        )
     then = "; every node stopped," if stopped else ";"
     detail = f"{what}{then} resuming from the latest checkpoint ({losses + 1}/{most} host losses)"
     return Requeue(detail, Counting.host_loss, exit_code, "host lost, resuming")
 
 
-def fail(failure: Failure, latest: str | None, account: str = "failed") -> Fail:
+def resume_hint(latest: str, job_id: int | None) -> str:
+    """The line naming the checkpoint to continue from and a command that does it (any job kind)."""
+    step = checkpoint_step(latest)
+    job = str(job_id) if job_id is not None else "JOB"
+    command = f"rankzero resume {job}" + (f" --checkpoint {step}" if step is not None else "")
+    return f"latest intact checkpoint: {latest} (continue from it: `{command}`, or Resume from here on the job page)"
+
+
+def fail(failure: Failure, latest: str | None, account: str = "failed", job_id: int | None = None) -> Fail:
     """The job fails with `failure`; the error names the checkpoint to resume from, when there is one."""
     error = failure.text()
     if latest is not None:
-        error += f"\nlatest intact checkpoint: {latest} (resubmit with resume_from set to it)"
+        error += "\n" + resume_hint(latest, job_id)
     return Fail(error, failure.message[:500], failure.exit_code, failure.rank, account)

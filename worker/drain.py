@@ -45,13 +45,23 @@ def request_drain(settings: Settings) -> None:
 
 def clear_drain(settings: Settings) -> None:
     """Remove this process's flag and every flag whose process is gone (or is another process now)."""
+    _sweep(settings, keep_own=False)
+
+
+def sweep_dead_flags(settings: Settings) -> None:
+    """Remove the flags of workers that are gone and were never restarted (a worker's start sweeps them
+    too, but a host whose workers never come back would keep them): run every heartbeat by the host watch."""
+    _sweep(settings, keep_own=True)
+
+
+def _sweep(settings: Settings, keep_own: bool) -> None:
     directory = _flags_dir(settings)
     if not directory.is_dir():
         return
     for entry in directory.iterdir():
         pid, _, ticks = entry.name.partition("-")
         alive = pid.isdigit() and _start_ticks(int(pid)) == ticks
-        if alive and int(pid) != os.getpid():
+        if alive and (keep_own or int(pid) != os.getpid()):
             continue
         try:
             entry.unlink()
@@ -63,8 +73,21 @@ def clear_drain(settings: Settings) -> None:
 
 def draining(settings: Settings) -> bool:
     """True when this process (solo/threads pool) or its parent (prefork pool) is shutting down."""
-    flags = (_flag(settings, os.getpid()), _flag(settings, os.getppid()))
+    flags = (_own_flag(settings, os.getpid()), _own_flag(settings, os.getppid()))
     return any(flag is not None and flag.is_file() for flag in flags)
+
+
+_own_flags: dict[tuple[Path, int], Path | None] = {}  # (data dir, pid) → its flag's path
+
+
+def _own_flag(settings: Settings, pid: int) -> Path | None:
+    """`_flag` of this process or its parent, read from /proc once: every supervisor asks at each tick
+    (issue 29, the worker's CPU), and neither pid can name another process while it is ours (a new
+    parent is a new pid, so a new key)."""
+    key = (settings.data_dir, pid)
+    if _own_flags.get(key) is None:
+        _own_flags[key] = _flag(settings, pid)
+    return _own_flags[key]
 
 
 # --- an operator's drain of this host (`rankzero hosts drain`; worker/host_watch.py raises the flag) ---
@@ -89,3 +112,10 @@ def set_host_drained(settings: Settings, drained: bool) -> None:
 def host_drained(settings: Settings) -> bool:
     """True while an operator has drained this host: its supervisors hand their jobs back (checkpointed)."""
     return _host_flag(settings).is_file()
+
+
+def why(settings: Settings) -> str:
+    """Why this worker's supervisors hand their jobs back, in the words of the job's timeline."""
+    if host_drained(settings):
+        return f"host {settings.resolved_host_name} drained by an operator (rankzero hosts drain)"
+    return f"worker shutting down (on {settings.resolved_host_name})"

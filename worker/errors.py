@@ -21,6 +21,8 @@ _EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)", re.M)
 _TB = re.compile(r"^\s*traceback\s*:\s*(.*)$", re.M)
 _RANK_PREFIX = re.compile(r"^\[(?:default)?rank\d+\]:\s?")
 _TB_HEAD = "Traceback (most recent call last):"
+# The SDK's own notes (rankzero/): printed by its exit hooks after the traceback, never the headline.
+_SDK_NOTE = "rankzero: "
 # What torchrun's summary says when the rank wrote no error file (a script without @record).
 _NO_ERROR_FILE = ("To enable traceback", "a rank failed")
 STDERR_READ_BYTES = 64 << 10
@@ -108,7 +110,7 @@ def last_traceback(lines: list[str]) -> list[str] | None:
 def _exception_line(traceback: list[str]) -> str | None:
     """The `ValueError: ...` line closing a traceback (the last line that is not indented)."""
     for line in reversed(traceback):
-        if line.strip() and not line[0].isspace() and line.strip() != _TB_HEAD:
+        if line.strip() and not line[0].isspace() and line.strip() != _TB_HEAD and not line.startswith(_SDK_NOTE):
             return line.strip()
     return None
 

@@ -33,6 +33,7 @@ class HostWatch:
         if drained != drain.host_drained(self.settings):
             log.warning("host %s %s", self.settings.resolved_host_name, "drained" if drained else "undrained")
         drain.set_host_drained(self.settings, drained)
+        drain.sweep_dead_flags(self.settings)  # flags of workers never restarted (issue 20)
         if self.source is None or not self.gpus:
             return
         faults = self.tracker.faults(self.source.read(self.gpus), self.settings.gpu_max_temp_c)

@@ -119,6 +119,56 @@ class _Batch:
     ckpts: list[dict[str, Any]] = field(default_factory=list)
     # job row columns (JobProgress's, plus latest_loss) → new value
     progress: dict[str, Any] = field(default_factory=dict)
+    caps: SeriesCaps | None = None  # the per-job caps on series and points (None: none)
+    counts: dict[str, int] = field(default_factory=dict)  # points stored per name (copied like max_step)
+    progress_reported: bool = False  # a `progress` event was in the batch (it, not the metrics, gives the step)
+
+
+@dataclass
+class SeriesCaps:
+    """One job's caps on what it stores (issue 19 item 4): `max_series` distinct names, `max_points` points per
+    name. Past them points are counted here, not stored; the job's timeline says so (`Ingestor._note_dropped`)."""
+
+    max_series: int
+    max_points: int
+    dropped_points: int = 0
+    dropped_names: set[str] = field(default_factory=set)  # bounded: at most MAX_DROPPED_NAMES kept
+    full_series: set[str] = field(default_factory=set)  # names that reached max_points (bounded likewise)
+
+    def admit(self, batch: _Batch, name: str) -> bool:
+        """May a new point of `name` be stored? Counts it when not."""
+        count = batch.counts.get(name)
+        if count is None and len(batch.counts) >= self.max_series:
+            self._drop(self.dropped_names, name)
+            return False
+        if count is not None and count >= self.max_points:
+            self._drop(self.full_series, name)
+            return False
+        batch.counts[name] = (count or 0) + 1
+        return True
+
+    def _drop(self, names: set[str], name: str) -> None:
+        self.dropped_points += 1
+        if len(names) < MAX_DROPPED_NAMES:
+            names.add(name)
+
+    def words(self) -> str:
+        parts = []
+        if self.dropped_names:
+            more = "+" if len(self.dropped_names) >= MAX_DROPPED_NAMES else ""
+            parts.append(
+                f"{len(self.dropped_names):,}{more} series past its first {self.max_series:,} (RANKZERO_JOB_MAX_SERIES)"
+            )
+        if self.full_series:
+            parts.append(f"{len(self.full_series):,} series past {self.max_points:,} points each "
+                         "(RANKZERO_JOB_MAX_POINTS_PER_SERIES)")  # fmt: skip
+        return (
+            f"metrics over this job's caps are counted, not stored: {self.dropped_points:,} points so far, of "
+            + " and ".join(parts)
+        )
+
+
+MAX_DROPPED_NAMES = 10_000
 
 
 def _insert(engine: Engine, table: Any) -> Any:
@@ -212,7 +262,18 @@ def _write_started(batch: _Batch, ev: Started) -> None:
         batch.progress["step"] = start
 
 
+SYSTEM_PREFIX = "sys/"  # the worker's own samples (worker/resources.py): never the job's step
+
+
+def step_from_metrics(max_step: dict[str, int]) -> int | None:
+    """The job's step when it reports no progress (a script with `rankzero.log` or TensorBoard only): the
+    newest step of its own series. None when it has none (the step is "not reported", never 0)."""
+    steps = [step for name, step in max_step.items() if not name.startswith(SYSTEM_PREFIX)]
+    return max(steps) if steps else None
+
+
 def _write_progress(batch: _Batch, ev: Progress) -> None:
+    batch.progress_reported = True
     fields: JobProgress = ev  # the part of a progress event a job row keeps
     for key in PROGRESS_COUNTS:
         if (count := _count(fields.get(key))) is not None:
@@ -233,6 +294,8 @@ def _write_metric(batch: _Batch, ev: _MetricLine) -> None:
     max_step = batch.max_step
     if step <= max_step.get(name, -1):
         return  # a resumed attempt replaying steps we already hold
+    if batch.caps is not None and not batch.caps.admit(batch, name):
+        return
     max_step[name] = step
     batch.points.append((batch.job_id, ev["seq"], step, name[:200], value, float(ev.get("time", 0.0))))
     if name == "train/loss":
@@ -367,8 +430,17 @@ def _copy_via_temp(cur: Any, points: list[Point]) -> None:
 class Ingestor:
     """Writes one job's events. Keep one per supervised job; `ingest` is safe to call with repeats."""
 
-    def __init__(self, engine: Engine, job_id: int, run_root: Path | None = None, attempt: int | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        job_id: int,
+        run_root: Path | None = None,
+        attempt: int | None = None,
+        caps: SeriesCaps | None = None,
+    ) -> None:
         self.engine = engine
+        self.caps = caps
+        self._noted_at = 0  # dropped points when the timeline last said so (`_note_dropped`)
         self.job_id = job_id
         self.run_root = run_root
         self.attempt = attempt  # the supervisor's attempt: its writes are fenced by it (core.jobs.FencedOut)
@@ -377,11 +449,14 @@ class Ingestor:
             job = s.get(Job, job_id)
             self.ingested_seq = job.ingested_seq if job else -1
             rows = s.execute(
-                select(col(MetricPoint.name), func.max(col(MetricPoint.step)))
+                select(col(MetricPoint.name), func.max(col(MetricPoint.step)), func.count())
                 .where(col(MetricPoint.job_id) == job_id)
                 .group_by(col(MetricPoint.name))
             ).all()
-        self.max_step: dict[str, int] = {name: int(step) for name, step in rows}
+        self.max_step: dict[str, int] = {name: int(step) for name, step, _ in rows}
+        self.progress_reported = False  # see `_step_from_metrics`
+        self.metric_step = step_from_metrics(self.max_step) or 0  # the step the metrics gave last
+        self.counts: dict[str, int] = {name: int(n) for name, _, n in rows}
         mark = "%s" if engine.dialect.name == "postgresql" else "?"
         self._insert_sql = (
             f"INSERT INTO metric_points ({', '.join(POINT_COLUMNS)}) VALUES ({', '.join([mark] * len(POINT_COLUMNS))}) "
@@ -407,13 +482,15 @@ class Ingestor:
         the same transaction; `ingested_seq` is not touched. Returns how many points were new.
         `progress`: job row columns to write with them (the console's step counter: worker/console_feed.py).
         """
-        batch = _Batch(job_id=self.job_id, seen=self.seen, max_step=dict(self.max_step), progress=dict(progress or {}))
+        batch = self._new_batch(progress)
         seq = self._next_external_seq()
         for ev in events:
             before = len(batch.points)
             line: _MetricLine = {**ev, "seq": seq}
             _write_metric(batch, line)
             seq += len(batch.points) - before
+        if "step" not in batch.progress:  # the console's own step counter comes with its points
+            self._step_from_metrics(batch)
         if not batch.points and not batch.progress:
             return 0
         with self.engine.begin() as conn:
@@ -421,9 +498,40 @@ class Ingestor:
                 self._insert_points(conn, batch.points)
                 metric_rollup.fold(conn, self.job_id, batch.points[0][1] - 1, batch.points[-1][1])
             jobs.record_ingested(conn, self.job_id, self.ingested_seq, batch.progress)
-        self.max_step = batch.max_step
-        self.seen.points += len(batch.points)
+        self._kept(batch)
         return len(batch.points)
+
+    def _step_from_metrics(self, batch: _Batch) -> None:
+        """Without `progress` events (ever, in this ingestor's life), the job's step is its metrics' newest:
+        `rankzero.progress`, else `rankzero.log`, else TensorBoard (else the console feed's counter)."""
+        self.progress_reported = self.progress_reported or batch.progress_reported
+        if self.progress_reported or "step" in batch.progress:
+            return
+        step = step_from_metrics(batch.max_step)
+        if step is not None and step > self.metric_step:
+            batch.progress["step"] = step
+
+    def _new_batch(self, progress: dict[str, Any] | None = None) -> _Batch:
+        counts = dict(self.counts) if self.caps is not None else {}
+        return _Batch(job_id=self.job_id, seen=self.seen, max_step=dict(self.max_step), progress=dict(progress or {}),
+                      caps=self.caps, counts=counts)  # fmt: skip
+
+    def _kept(self, batch: _Batch) -> None:
+        """A batch committed: keep what it learnt, and say on the job's timeline when the caps dropped points."""
+        self.max_step = batch.max_step
+        self.counts = batch.counts
+        self.metric_step = max(self.metric_step, step_from_metrics(batch.max_step) or 0)
+        self.seen.points += len(batch.points)
+        self._note_dropped()
+
+    def _note_dropped(self) -> None:
+        """A timeline line when the caps first drop a point, then each time the count grows a hundredfold (a
+        flood writes a handful of lines, never one per batch)."""
+        dropped = self.caps.dropped_points if self.caps is not None else 0
+        if self.caps is None or dropped == 0 or (self._noted_at and dropped < 100 * self._noted_at):
+            return
+        self._noted_at = dropped
+        jobs.note(self.engine, self.job_id, self.caps.words())
 
     def _next_external_seq(self) -> int:
         with self.engine.connect() as conn:
@@ -435,7 +543,7 @@ class Ingestor:
         return metric_rollup.EXTERNAL_SEQ_BASE if top is None else int(top) + 1
 
     def _ingest_batch(self, events: list[Event]) -> int:
-        batch = _Batch(job_id=self.job_id, seen=self.seen, max_step=dict(self.max_step))
+        batch = self._new_batch()
         seen, done = self.seen, self.ingested_seq
         top, last = done, seen.last_event_seq
         for ev in events:  # per event of a burst of 100,000s: plain comparisons, no call that can be skipped
@@ -451,12 +559,12 @@ class Ingestor:
                 top = seq
             handler.write(batch, ev)
         seen.last_event_seq = last
+        self._step_from_metrics(batch)
         if top == self.ingested_seq and not batch.progress:
             return 0
         self._write(batch, top)
         self.ingested_seq = top
-        self.max_step = batch.max_step
-        self.seen.points += len(batch.points)
+        self._kept(batch)
         return len(batch.points)
 
     def _write(self, batch: _Batch, top: int) -> None:

@@ -13,10 +13,12 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,11 +27,12 @@ from pathlib import Path
 from core.paths import dataset_env
 from core.settings import Settings, get_settings
 from rankzero.env import JobEnv
+from trainer.data.download import FETCHED_ENV, wants_download
 from trainer.entrypoint import Entrypoint, parse_entrypoint
 from trainer.run_dir import RunDir
-from worker import sandbox
+from worker import rank_network, sandbox
 from worker.bundles import cache_dir, pythonpath_first
-from worker.script_jobs import script_workdir
+from worker.script_jobs import entrypoint_values, script_job_env, script_workdir
 
 MARK_ENV = "RANKZERO_JOB_MARK"  # every rank inherits it: lets us find ranks torchrun put in new sessions
 
@@ -69,12 +72,49 @@ def die_with_supervisor() -> Callable[[], None] | None:
 SANDBOXED_MASTER_PORT = 29500  # torchrun's default; inside the attempt's own network namespace, always free
 
 
-def free_port() -> int:
-    """A TCP port nothing listens on now, for a rendezvous outside a network namespace of its own
-    (another process may still take it before torchrun binds it: `port_taken` tells that failure apart)."""
+# Rendezvous and master ports come from here, outside the kernel's ephemeral range (issue 20): a port the
+# kernel hands out for `bind(port 0)` or an outgoing connection is exactly what another process takes
+# between our choice and torchrun's bind, seconds later. Here only a process asking for that very number can.
+RENDEZVOUS_PORTS = range(20000, 32768)
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+PORT_TRIES = 64
+
+
+def ephemeral_ports(path: Path = EPHEMERAL_RANGE_FILE) -> range:
+    """The kernel's ephemeral port range (Linux's default when it cannot be read)."""
+    try:
+        low, high = (int(x) for x in path.read_text().split()[:2])
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
+
+def port_candidates(ephemeral: range, rng: random.Random, n: int = PORT_TRIES) -> list[int]:
+    """`n` random ports to try, outside `ephemeral` (anywhere unprivileged when it covers all of ours)."""
+    allowed = [p for p in RENDEZVOUS_PORTS if p not in ephemeral]
+    if not allowed:
+        allowed = [p for p in range(1024, 65536) if p not in ephemeral] or list(range(1024, 65536))
+    return [rng.choice(allowed) for _ in range(n)]
+
+
+def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind(("0.0.0.0", port))  # every address, as torchrun's store binds it
+        except OSError:
+            return False
+    return True
+
+
+def free_port(rng: random.Random | None = None, bindable: Callable[[int], bool] = _bindable) -> int:
+    """A TCP port nothing is bound to now, for a rendezvous outside a network namespace of its own: random,
+    and outside the ephemeral range, so no other process is handed it meanwhile. A process that binds it
+    anyway fails the attempt with EADDRINUSE, which `port_taken` tells apart (retried on a fresh port)."""
+    for port in port_candidates(ephemeral_ports(), rng or random.SystemRandom()):
+        if bindable(port):
+            return port
+    span = f"{RENDEZVOUS_PORTS.start}-{RENDEZVOUS_PORTS.stop - 1}"
+    raise OSError(f"no free port among {PORT_TRIES} random ones in {span} (outside the ephemeral range)")
 
 
 @dataclass(frozen=True)
@@ -124,19 +164,21 @@ def node_log_dir(run: RunDir, attempt: int, node_rank: int) -> Path:
     return base if node_rank == 0 else base / f"node_{node_rank}"
 
 
-def build_command(
+def build_command(  # noqa: PLR0913 (the python of a job's own environment joined the topology and entrypoint)
     run: RunDir,
     job_id: int,
     attempt: int,
     nproc: int | Topology,
     port: int,
     entry: Entrypoint | None = None,
+    python: str | None = None,
 ) -> list[str]:
     """torchrun's command line: the built-in trainer, or a script job's entrypoint (`<script> <args>`
-    or `-m <module> <args>`, words as the user gave them: no shell ever parses them)."""
+    or `-m <module> <args>`, words as the user gave them: no shell ever parses them). `python`: the job's
+    own environment's interpreter (worker/environments/), else the worker's; the ranks inherit it."""
     topo = nproc if isinstance(nproc, Topology) else Topology(nproc=nproc)
     torchrun = [
-        sys.executable, "-m", "torch.distributed.run",
+        python or sys.executable, "-m", "torch.distributed.run",
         *topo.rendezvous_args(port),
         f"--nproc-per-node={topo.nproc}",
         "--rdzv-backend=static",  # never c10d: it unpickles what it reads from an unauthenticated store
@@ -182,6 +224,7 @@ def job_env(run: RunDir, spec: dict, job_id: int, attempt: int, settings: Settin
         datasets_dir=settings.resolved_datasets_dir,
         tensorboard_dir=run.tensorboard.resolve(),
         **({"keep_last": keep_last} if isinstance(keep_last, int) and keep_last >= 1 else {}),
+        **script_job_env(spec, resume_input(spec, settings)),
     )
     return described.as_environ()
 
@@ -219,6 +262,8 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
     cuda_visible_devices: str | None,
     settings: Settings | None = None,
     code_dir: Path | None = None,
+    keep_alive: Callable[[], object] | None = None,
+    environment: Path | None = None,
 ) -> Launched:
     """Write the attempt's spec and start torchrun in its own process group.
 
@@ -234,6 +279,7 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
     run.tensorboard.mkdir(exist_ok=True)
     entry = parse_entrypoint(spec["entrypoint"]) if spec.get("entrypoint") else None
     cwd = script_workdir(run, entry, code_dir) if entry is not None else run.root
+    entry = entry.expanded(entrypoint_values(run, job_id, settings)) if entry is not None else None
     log_dir = node_log_dir(run, attempt, topo.node_rank)
     log_dir.mkdir(parents=True, exist_ok=True)
     if topo.node_rank == 0:
@@ -249,7 +295,14 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
     env = pythonpath_first(
         rank_env(mark, cuda_visible_devices, settings, job_env(run, spec, job_id, attempt, settings)), code_dir
     )
-    guarded = [str(settings.cancel_grace_s), *build_command(run, job_id, attempt, topo, port, entry)]
+    if topo.several:  # every node's ranks advertise the host's registered address to their peers (issue 20)
+        env.update(rank_network.pinned_env(settings.resolved_host_address, env))
+    # The job's own environment (worker/environments/ `Ready.root`): torchrun and the ranks run its interpreter;
+    # the sandbox shows it read-only.
+    python = str(environment / "bin" / "python") if environment is not None else None
+    if environment is not None:
+        env["VIRTUAL_ENV"] = str(environment)
+    guarded = [str(settings.cancel_grace_s), *build_command(run, job_id, attempt, topo, port, entry, python)]
     if not sandboxed:
         with open(launcher_log, "ab") as out:
             out.write(f"rankzero: warning: {sandbox.NOT_ISOLATED}\n".encode())
@@ -265,8 +318,20 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
                 preexec_fn=die_with_supervisor(),
             )
         return Launched(proc, mark, port, log_dir, launcher_log, warning=sandbox.NOT_ISOLATED)
+    if wants_download(spec):  # the job sees the datasets dir read-only: the worker downloads first
+        prefetch_data(run, launcher_log, settings, keep_alive)
+        env[FETCHED_ENV] = "1"
     box = sandbox.prepare(
-        sandbox_view(run, cwd, code_dir, settings, env, host_network=host_network, inputs=resume_input(spec, settings)),
+        sandbox_view(
+            run,
+            cwd,
+            code_dir,
+            settings,
+            env,
+            host_network=host_network,
+            inputs=resume_input(spec, settings),
+            environment=environment,
+        ),  # fmt: skip
         mark,
         memory_limit_mb(spec, settings),
         settings.sandbox_pids_max,
@@ -293,6 +358,53 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
     return Launched(proc=proc, mark=mark, port=port, log_dir=log_dir, launcher_log=launcher_log)
 
 
+class DataFetchFailed(OSError):
+    """The worker's download of a built-in data set failed (the job fails saying why, before its ranks start)."""
+
+
+def prefetch_data(run: RunDir, log_path: Path, settings: Settings, keep_alive: Callable[[], object] | None) -> None:
+    """Download the spec's built-in data set as the worker, outside the job's sandbox (trainer/data/prefetch.py:
+    torchvision's code only, under the once-per-host lock), keeping the job's heartbeat; bounded by
+    startup_timeout_s. Its output goes to the attempt's launcher log."""
+    env = rank_env("prefetch", None, settings)
+    deadline = time.monotonic() + settings.startup_timeout_s
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "trainer.data.prefetch", str(run.spec)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=run.root,
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+        while True:
+            try:
+                code = proc.wait(timeout=min(5.0, settings.heartbeat_s))
+                break
+            except subprocess.TimeoutExpired:
+                if keep_alive is not None:
+                    keep_alive()
+                if time.monotonic() > deadline:
+                    limit = f"startup_timeout_s ({settings.startup_timeout_s:g} s)"
+                    raise DataFetchFailed(f"downloading the data set took longer than {limit}") from None
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    if code != 0:
+        said = _last_rankzero_line(log_path)
+        raise DataFetchFailed(f"the worker could not download the data set: {said or f'exit {code}'}")
+
+
+def _last_rankzero_line(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 16384))
+            lines = fh.read().decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    said = [line.removeprefix("rankzero: ") for line in lines if line.startswith("rankzero: ")]
+    return said[-1] if said else None
+
+
 def memory_limit_mb(spec: dict, settings: Settings) -> int | None:
     """The job's memory limit, for the kernel to enforce: its spec's, else the server's default."""
     own = spec.get("memory_limit_mb")
@@ -300,14 +412,11 @@ def memory_limit_mb(spec: dict, settings: Settings) -> int | None:
 
 
 def needs_network(spec: dict, settings: Settings) -> bool:
-    """Does a single-node attempt share the host's network (else: loopback only)? When the server says
-    so (RANKZERO_SANDBOX_NETWORK=host), or for a built-in data set's download (`data.args.download`:
-    torchvision fetches it; the datasets dir keeps it for every later job)."""
-    if settings.sandbox_network == "host":
-        return True
-    data = spec.get("data")
-    args = data.get("args") if isinstance(data, dict) else None
-    return isinstance(args, dict) and args.get("download") is True
+    """Does a single-node attempt share the host's network (else: loopback only)? Only when the server says
+    so (RANKZERO_SANDBOX_NETWORK=host): a built-in data set's download (`data.args.download`) is the worker's,
+    before the ranks start (`prefetch_data`), so the ranks need no network for it."""
+    del spec  # the spec asks for nothing that needs the host's network
+    return settings.sandbox_network == "host"
 
 
 def resume_input(spec: dict, settings: Settings) -> tuple[Path, ...]:
@@ -332,6 +441,7 @@ def sandbox_view(  # noqa: PLR0913 (one parameter per part of the view)
     *,
     host_network: bool,
     inputs: tuple[Path, ...] = (),
+    environment: Path | None = None,
 ) -> sandbox.View:
     """What the attempt sees (worker/sandbox.py): its run dir, its bundle, the data sets, the runtime."""
     datasets = settings.resolved_datasets_dir
@@ -343,8 +453,14 @@ def sandbox_view(  # noqa: PLR0913 (one parameter per part of the view)
         datasets_dir=datasets,
         dataset_roots=tuple(r for r in settings.dataset_root_dirs if r != datasets),
         runtime_dirs=sandbox.runtime_dirs(env.get("PYTHONPATH", "")),
-        hidden=(settings.data_dir.resolve(), settings.resolved_runs_dir, cache_dir(settings).resolve()),
+        hidden=(
+            settings.data_dir.resolve(),
+            settings.resolved_runs_dir,
+            cache_dir(settings).resolve(),
+            settings.resolved_environment_dir,
+        ),  # fmt: skip
         inputs=inputs,
+        environment_dir=environment.resolve() if environment is not None else None,
         host_network=host_network,
         devices=sandbox.gpu_devices(),
         as_root=os.geteuid() == 0,

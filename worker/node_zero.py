@@ -15,18 +15,22 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
+from sqlmodel import Session, col
 
 from core import hosts, jobs
+from core.db import is_outage
 from core.placement_record import JobPlacement
 from core.settings import Settings
-from core.tables import Job, JobStatus
+from core.tables import Job, JobStatus, JobTransition
 from trainer.run_dir import RunDir, job_run_dir
 from trainer.spec import JobSpec
-from worker import bundles, errors, gpus, procs, run_record
+from worker import artifact_shipping, bundles, drain, environments, errors, gpus, procs, run_record
 from worker.attempt import Attempt, Ended, Layout, Limits, StopReason
 from worker.decide import (
+    PORT_TAKEN_WORDS,
     Facts,
     Outcome,
     Standing,
@@ -101,6 +105,8 @@ def _run_attempt(engine: Engine, settings: Settings, job: Job, spec: JobSpec, cu
     run = RunDir(job_run_dir(settings.resolved_runs_dir, job_id))
     spec_dict = layout.spec_for_ranks(spec.model_dump(mode="json"))
     try:
+        if number > 1:  # it may have run on a host that uploads: its record and checkpoint come from the store
+            artifact_shipping.fetch_for_resume(engine, settings, job_id, run)
         latest = _before_launch(engine, settings, job_id, number, run)
     except jobs.FencedOut as exc:
         return str(exc)
@@ -114,16 +120,27 @@ def _run_attempt(engine: Engine, settings: Settings, job: Job, spec: JobSpec, cu
     try:
         # Fetching or unpacking a large bundle may outlast the stale threshold: keep the job's heartbeat.
         code = bundles.code_dir(spec, settings, keep_alive=lambda: jobs.touch_live(engine, job_id, number))
-        launched = launch(run, spec_dict, job_id, number, topology(layout), cuda, settings, code_dir=code)
+        # The job's own packages (issue 28): resolved once per job, built once per host; uv's output in its log.
+        ready = environments.for_attempt(engine, settings, job_id, number, spec, run, code,
+                                         keep_alive=lambda: jobs.touch_live(engine, job_id, number))  # fmt: skip
+        launched = launch(run, spec_dict, job_id, number, topology(layout), cuda, settings, code_dir=code,
+                          keep_alive=lambda: jobs.touch_live(engine, job_id, number),
+                          environment=ready.root if ready is not None else None)  # fmt: skip
     except bundles.BundleUnavailable as exc:
         jobs.finish(engine, job_id, S.failed, detail="code bundle unavailable", attempt=number, error=str(exc))
         return f"job {job_id}: code bundle unavailable"
+    except environments.EnvironmentFailed as exc:  # the job's requirements: never a host loss, nor a restart
+        jobs.finish(engine, job_id, S.failed, detail="preparing the environment failed", attempt=number,
+                    error=str(exc))  # fmt: skip
+        return f"job {job_id}: environment failed"
     except OSError as exc:
         error = f"could not start torchrun: {exc}"
         jobs.finish(engine, job_id, S.failed, detail="launch failed", attempt=number, error=error)
         return f"job {job_id}: launch failed"
     pid = launched.proc.pid
+    artifact_shipping.start_for_attempt(settings, job_id, number, run)  # a host without the API's runs dir
     warned = f"; {launched.warning}" if launched.warning else ""  # the job page shows it (sandbox off)
+    warned += f"; {ready.summary()}" if ready is not None else ""
     jobs.mark_running(engine, job_id, pid, detail=f"torchrun pid {pid}, attempt {number}{_where(layout, spec)}{warned}",
                       attempt=number)  # fmt: skip
     log.info("job %s attempt %s: torchrun pid %s on %s", job_id, number, pid, cuda or "cpu")
@@ -177,6 +194,8 @@ def supervise(a: Attempt) -> str:
         watch = Watcher(a)
         ended = _watch_until_ended(watch)
         watch.read_events()  # what the ranks wrote on their way out (final checkpoint, stopped, failed)
+        # A host that uploads: the last of its files reach the store before the job reads ended.
+        artifact_shipping.finish(a.job_id, a.number, keep_alive=_keep_alive(a))
         return _record_outcome(a, watch, ended)
     except jobs.FencedOut:
         return _fenced_out(a)
@@ -191,6 +210,7 @@ def attempt_ended(a: Attempt, watch: Watcher | None) -> None:
     what the attempt held on this host beyond its processes."""
     if watch is not None:
         watch.resources.close()
+    artifact_shipping.finish(a.job_id, a.number)  # the last of its logs, checkpoints and outputs
 
 
 def _watch_until_ended(watch: Watcher) -> Ended:
@@ -206,8 +226,9 @@ def _watch_until_ended(watch: Watcher) -> Ended:
         if reason is StopReason.replaced:
             raise jobs.FencedOut(a.job_id, a.number)
         if reason is not None:
+            note = drain.why(a.settings) if reason is StopReason.drain else stop_note(reason, seen, limits)
             code = procs.stop(a.proc, a.mark, grace_s(a.settings.cancel_grace_s, reason), _keep_alive(a))
-            return Ended(code, reason, stop_note(reason, seen, limits))
+            return Ended(code, reason, note)
         time.sleep(a.settings.poll_s)
 
 
@@ -270,8 +291,8 @@ def _record_outcome(a: Attempt, watch: Watcher, ended: Ended) -> str:
             fold_rollups(a.engine, a.job_id)
             _check_fence(a)
             return apply(a.engine, a.job_id, a.number, _decide(a, watch, ended))
-        except DBAPIError:
-            if time.monotonic() > deadline:
+        except DBAPIError as exc:
+            if time.monotonic() > deadline or not is_outage(exc):
                 raise
             log.warning("job %s: database unavailable while recording the outcome; retrying", a.job_id)
             time.sleep(2.0)
@@ -298,14 +319,33 @@ def _decide(a: Attempt, watch: Watcher, ended: Ended) -> Outcome:
         port_taken=a.layout.nnodes > 1 and failed_on_its_own(ended, finished) and port_taken(a.launcher_log),
     )
     _give_up(a, ended.note if ended.stopped_for is StopReason.host_lost else facts.peer_lost)
-    outcome = decide(_standing(a), ended, facts)
+    standing = _standing(a, ports_taken=_ports_taken_before(a) if facts.port_taken else 0)
+    outcome = decide(standing, ended, facts)
     if names_checkpoint(outcome):  # hashing checkpoints costs time: only for an error that names one
-        outcome = decide(_standing(a), ended, dataclasses.replace(facts, latest_checkpoint=_latest_checkpoint(a)))
+        outcome = decide(standing, ended, dataclasses.replace(facts, latest_checkpoint=_latest_checkpoint(a)))
     return outcome
 
 
-def _standing(a: Attempt) -> Standing:
-    return Standing(a.number, a.restarts_used, a.spec.max_restarts, a.host_losses, a.settings.max_host_losses)
+def _standing(a: Attempt, ports_taken: int = 0) -> Standing:
+    return Standing(
+        a.number, a.restarts_used, a.spec.max_restarts, a.host_losses, a.settings.max_host_losses,
+        ports_taken=ports_taken, job_id=a.job_id,
+    )  # fmt: skip
+
+
+def _ports_taken_before(a: Attempt) -> int:
+    """How many earlier attempts of the job were requeued for a taken port (their timeline lines say so)."""
+    with Session(a.engine) as s:
+        found = s.execute(
+            select(func.count())
+            .select_from(JobTransition)
+            .where(
+                col(JobTransition.job_id) == a.job_id,
+                col(JobTransition.status) == S.queued,
+                col(JobTransition.detail).contains(PORT_TAKEN_WORDS),
+            )
+        ).scalar_one()
+    return int(found)
 
 
 def _latest_checkpoint(a: Attempt) -> str | None:
@@ -316,7 +356,7 @@ def _latest_checkpoint(a: Attempt) -> str | None:
 
 def _give_up(a: Attempt, host: str | None) -> None:
     """A peer host node 0 gave up reads as dead until it heartbeats anew: the job is not placed back on it."""
-    if host and hosts.give_up(a.engine, host, peer_window_s(a.settings), a.settings.resolved_stale_after_s):
+    if host and hosts.give_up(a.engine, host, peer_window_s(a.settings)):
         log.warning("job %s: gave up host %s; nothing is placed on it until it heartbeats again", a.job_id, host)
 
 

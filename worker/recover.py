@@ -108,7 +108,7 @@ def _resume_or_fail(s: Session, job_id: int, status: JobStatus, losses: int, sin
     """A live job whose worker went silent: its host was lost. The same decision as node 0's for a lost
     peer (worker/decide.py `host_loss`): resume it (not a restart of the job's own failure), unless it has
     lost its host max_host_losses times already."""
-    standing = Standing(attempt=0, host_losses=losses, max_host_losses=settings.max_host_losses)
+    standing = Standing(attempt=0, host_losses=losses, max_host_losses=settings.max_host_losses, job_id=job_id)
     latest = _latest_checkpoint(settings, job_id) if losses >= settings.max_host_losses else None
     outcome = host_loss(f"worker lost ({since})", standing, exit_code=None, latest=latest)
     if isinstance(outcome, Requeue):

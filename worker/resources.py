@@ -4,6 +4,10 @@
 The supervisor calls `ResourceWatch.poll(now, step)` from its loop; a poll returns None until
 `interval_s` has passed since the last sample, else a `Sample`:
 
+Every point's `step` is the sample's unix time in milliseconds (`sample_key`), not the job's step: the
+series have one point per sample for the whole job and every job kind, and the dashboard draws them on
+wall-clock time (web/static/js/job_charts.js).
+
 - ``sys/rank<N>/cpu_percent``, ``sys/rank<N>/rss_mb``: rank N's process and its children (DataLoader
   workers, which inherit its RANK). 100 = one core busy. No CPU points in the first sample (CPU percent
   is a rate: it needs a previous sample).
@@ -53,15 +57,24 @@ NVIDIA_SMI_MAX_FAILURES = 3  # in a row: then GPU sampling stops for this job (a
 class Sample:
     points: list[tuple[str, float]]
     over_limit: str | None  # None, or one line: why the job uses too much memory (numbers and the limit named)
-    step: int = 0  # the training step the supervisor gave `poll`
+    step: int = 0  # the training step the supervisor gave `poll` (for its log lines; the points are keyed by time)
     at: float = 0.0  # unix seconds when it was taken
 
     def events(self) -> list[TimedMetric]:
-        """The points as `metric` events, the shape `Ingestor.ingest_metrics` takes (worker/ingest.py)."""
+        """The points as `metric` events, the shape `Ingestor.ingest_metrics` takes (worker/ingest.py), keyed
+        by `sample_key(at)`: one point per sample for the whole job, whatever step it reports (a script that
+        reports none would otherwise collapse to one point at step 0), drawn on wall-clock time."""
+        key = sample_key(self.at)
         return [
-            TimedMetric(type=EventType.metric.value, time=self.at, step=self.step, name=name, value=value)
+            TimedMetric(type=EventType.metric.value, time=self.at, step=key, name=name, value=value)
             for name, value in self.points
         ]
+
+
+def sample_key(at: float) -> int:
+    """A system sample's `step`: its unix time in milliseconds (strictly increasing across samples, attempts
+    and workers, as long as the hosts' clocks roughly agree; samples are seconds apart)."""
+    return int(at * 1000)
 
 
 @dataclass
@@ -198,6 +211,7 @@ class ResourceWatch:
             return None
         self._last_poll = now
         self._polls += 1
+        at = time.time()  # when the poll began: samples stay `interval_s` apart however long reading takes
         procs = [p for p in (_read_proc(pid) for pid in pids_with_mark(self.job_mark)) if p is not None]
         points = self._cpu_points(procs, time.monotonic())
         over = None
@@ -206,7 +220,7 @@ class ResourceWatch:
             memory = {p.key: self._estimate_kb(p) for p in procs}  # with what judging the limit read
             points += self._memory_points(procs, memory)
         points += self.gpus.read()
-        return Sample(points=points, over_limit=over, step=step, at=time.time())
+        return Sample(points=points, over_limit=over, step=step, at=at)
 
     def close(self) -> None:
         self.gpus.close()

@@ -90,7 +90,7 @@ def hole_in_record(run: RunDir, expect_finished: bool) -> str | None:
     """Why the run's record is not whole (None: it is). `expect_finished`: the built-in trainer always
     writes a `finished` event before it exits 0; a script job may write no events at all."""
     if not run.root.is_dir():
-        return f"the run directory {run.root} was deleted while the job ran: its events and checkpoints are lost"
+        return "the job's run directory was deleted while the job ran: its events and checkpoints are lost"
     if not run.events.is_file():
         if expect_finished:
             return f"{run.events.name} is missing from the run directory (deleted while the job ran?)"
@@ -115,11 +115,11 @@ LOW_SPACE_BYTES = 1 << 20
 def run_dir_trouble(run: RunDir) -> str | None:
     """A reason a failed attempt's files could not be written: the run dir gone, or its disk full."""
     if not run.root.is_dir():
-        return f"the run directory {run.root} was deleted while the job ran"
+        return "the job's run directory was deleted while the job ran"
     try:
         st = os.statvfs(run.root)
     except OSError as exc:
-        return f"the run directory {run.root} is unreadable ({exc.strerror or exc})"
+        return f"the job's run directory is unreadable ({exc.strerror or exc})"
     free = st.f_bavail * st.f_frsize
     if free < LOW_SPACE_BYTES:
         return f"the run directory's file system is full ({free} bytes free; No space left on device)"

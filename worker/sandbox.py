@@ -4,9 +4,10 @@ capability dropped, and in one cgroup (worker/sandbox_cgroup.py). docs/security.
 
 What an attempt sees (`View`, turned into bwrap's arguments by the pure `bwrap_args`):
 - read-only: the system dirs (/usr, /etc, ...), the Python environment and the service's code, the
-  job's own unpacked bundle, the extra data set roots;
-- read-write: its own run dir, the datasets dir (built-in downloads, under their once-per-host lock),
-  a private /tmp (also $HOME) and /dev/shm;
+  job's own unpacked bundle, the datasets dir and the extra data set roots (a built-in data set's
+  download is the worker's, before the ranks start: worker/launch.py `prefetch_data`), so no job can
+  change the data another job reads;
+- read-write: its own run dir, a private /tmp (also $HOME) and /dev/shm;
 - nothing else: not the data dir (the token file, the SQLite database), not the runs dir (other
   jobs' run dirs, the bundle store), not the bundle cache; a /proc of its own pid namespace only (the
   worker's environ, its pid: out of sight and out of reach of signals and ptrace).
@@ -65,11 +66,12 @@ class View:
     run_dir: Path  # read-write
     cwd: Path
     code_dir: Path | None = None  # read-only (the job's unpacked bundle)
-    datasets_dir: Path | None = None  # read-write (built-in downloads)
+    datasets_dir: Path | None = None  # read-only (the worker downloads built-in sets first: launch.prefetch_data)
     dataset_roots: tuple[Path, ...] = ()  # read-only
     runtime_dirs: tuple[Path, ...] = ()  # read-only: the Python environment, the service's code
     hidden: tuple[Path, ...] = ()  # masked wherever a read-only bind would show them (data dir, runs dir)
     inputs: tuple[Path, ...] = ()  # read-only files from outside its run dir (the checkpoint it resumes from)
+    environment_dir: Path | None = None  # read-only: the job's own packages (worker/environments/, a shared cache)
     host_network: bool = False  # False: a network namespace with loopback only
     devices: tuple[Path, ...] = ()  # GPU device nodes
     as_root: bool = True  # False: a user namespace too
@@ -112,11 +114,13 @@ def _mount_args(view: View) -> list[str]:
     args += [a for h in view.hidden if any(_under(h, s) for s in shown) for a in ("--tmpfs", str(h))]
     args += [a for dev in view.devices for a in ("--dev-bind", str(dev), str(dev))]
     if view.datasets_dir is not None:
-        args += ["--bind", str(view.datasets_dir), str(view.datasets_dir)]
+        args += ["--ro-bind", str(view.datasets_dir), str(view.datasets_dir)]
     args += [a for root in view.dataset_roots for a in ("--ro-bind-try", str(root), str(root))]
     if view.code_dir is not None:
         args += ["--ro-bind", str(view.code_dir), str(view.code_dir)]
     args += [a for f in view.inputs for a in ("--ro-bind", str(f), str(f))]
+    if view.environment_dir is not None:  # after the masks: it lies in the (hidden) data dir
+        args += ["--ro-bind", str(view.environment_dir), str(view.environment_dir)]
     return [*args, "--bind", str(view.run_dir), str(view.run_dir)]
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,7 +34,8 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlmodel import Session, col
 
-from core import hosts, jobs, placement, queue, wake
+from core import hosts, jobs, placement, queue, team_pass, wake
+from core.backends import BackendKind, backend_of_pool
 from core.db import db_now, get_engine, is_lock_timeout, now_sql, wait_for_locks_at_most
 from core.job_state import HOLDING
 from core.placement_record import BadPlacement, JobPlacement, read_placement
@@ -150,11 +152,12 @@ def _ts(value: datetime) -> float:
     return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).timestamp()
 
 
-def _usage(job_id: int, priority: int, spec: JobSpec | None, placed: JobPlacement) -> placement.Usage:
+def _usage(
+    job_id: int, priority: int, spec: JobSpec | None, placed: JobPlacement, owner: int | None = None
+) -> placement.Usage:
     preemptible = bool(spec and spec.preemptible)
-    return placement.Usage(
-        job_id=job_id, priority=priority, preemptible=preemptible, nodes=tuple(n.use() for n in placed.nodes)
-    )
+    nodes = tuple(n.use() for n in placed.nodes)
+    return placement.Usage(job_id=job_id, priority=priority, preemptible=preemptible, nodes=nodes, owner=owner)
 
 
 def _read(engine: Engine, settings: Settings) -> _State:
@@ -165,10 +168,10 @@ def _read(engine: Engine, settings: Settings) -> _State:
         rows = s.execute(
             select(
                 col(Job.id), col(Job.status), col(Job.queue), col(Job.priority), col(Job.created_at), col(Job.spec),
-                col(Job.placement), col(Job.placement_id), col(Job.pending_reason),
+                col(Job.placement), col(Job.placement_id), col(Job.pending_reason), col(Job.owner_id),
             ).where(col(Job.status).in_(list(HOLDING)))
         ).all()  # fmt: skip
-    for job_id, status, pool, priority, created, raw, placed, placement_id, reason in rows:
+    for job_id, status, pool, priority, created, raw, placed, placement_id, reason, owner in rows:
         try:
             spec = JobSpec.model_validate(raw)
         except ValueError as exc:
@@ -187,12 +190,19 @@ def _read(engine: Engine, settings: Settings) -> _State:
             if status == S.queued and down:
                 state.orphans.append((job_id, placement_id))
                 continue
-            state.usage.append(_usage(job_id, priority, spec, record))
+            state.usage.append(_usage(job_id, priority, spec, record, owner))
+        elif status == S.queued and backend_of_pool(pool or settings.queue, settings) is BackendKind.slurm:
+            continue  # handed to Slurm by `rankzero slurm-agent`: rankzero places nothing there (docs/slurm.md)
         elif status == S.queued and spec is not None:
             state.reasons[job_id] = reason
             state.waiting.append(
                 placement.Waiting(
-                    job_id=job_id, pool=pool or settings.queue, priority=priority, created_at=_ts(created), spec=spec
+                    job_id=job_id,
+                    pool=pool or settings.queue,
+                    priority=priority,
+                    created_at=_ts(created),
+                    spec=spec,
+                    owner=owner,
                 )
             )
     return state
@@ -247,7 +257,10 @@ def schedule_once(settings: Settings) -> placement.Plan:
     why = "its host went silent before starting it; placing again"
     for job_id, placement_id in state.orphans:
         _unless_locked(job_id, "placing it again", lambda j=job_id, p=placement_id: jobs.unplace(engine, j, p, why))
-    plan = placement.plan(state.waiting, _views(state.host_rows), state.usage)
+    now = time.time()
+    plan = placement.plan(state.waiting, _views(state.host_rows), state.usage, team_pass.read(engine, settings, now))
+    held = team_pass.held_after(state.usage, plan.placements, state.waiting)
+    team_pass.charge(engine, settings, held, now)  # fair-share usage (issue 23)
     pools = {w.job_id: w.pool for w in state.waiting}
     for p in plan.placements:
         _dispatch(engine, settings, p, state, pools)
@@ -275,6 +288,16 @@ def _unless_locked(job_id: int, what: str, write: Callable[[], object]) -> None:
         log.warning("job %s: its row is held by another transaction; %s at a later pass", job_id, what)
 
 
+def drive_sweeps(settings: Settings) -> None:
+    """The sweep driver's pass (core/sweeps/driver.py), run by the one active scheduler; never fails the pass."""
+    try:
+        from core.sweeps.driver import drive_once  # imports Optuna on first use, in the leader only
+
+        drive_once(settings)
+    except Exception:
+        log.exception("sweep driver pass failed")
+
+
 def start_scheduler_thread(settings: Settings, stop: threading.Event) -> threading.Thread:
     """A candidate: wait for the leader lock, then schedule every `scheduler_poll_s`, or at once when
     woken (core/wake.py: a submit, a requeue, a node's task ending), until `stop`."""
@@ -285,6 +308,7 @@ def start_scheduler_thread(settings: Settings, stop: threading.Event) -> threadi
         while not stop.is_set():
             try:
                 if leadership.hold():
+                    drive_sweeps(settings)  # new trials first, so this same pass places them
                     schedule_once(settings)
                     waiter.wait(settings.scheduler_poll_s)
                     continue

@@ -11,9 +11,36 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
+from core.settings import Settings
+from rankzero import env
 from trainer.entrypoint import Entrypoint
 from trainer.run_dir import RunDir
+
+
+def entrypoint_values(run: RunDir, job_id: int, settings: Settings) -> dict[str, str]:
+    """What `${RANKZERO_...}` in an entrypoint's arguments stands for (trainer/entrypoint.py EXPANDED): the
+    same values the ranks get in their environment."""
+    return {
+        env.DATASETS_DIR: str(settings.resolved_datasets_dir),
+        env.RUN_DIR: str(run.root.resolve()),
+        env.JOB_ID: str(int(job_id)),
+    }
+
+
+def script_job_env(spec: dict[str, Any], resume_inputs: tuple[Path, ...]) -> dict[str, Any]:
+    """A script job's part of `rankzero.env.JobEnv`: the checkpoint it continues from (spec `resume_from`,
+    once confined to the runs dir: worker/launch.py `resume_input`), and the world size and accumulation
+    this attempt runs with (elastic fit launches fewer ranks and raises the accumulation: worker/attempt.py)."""
+    if not spec.get("entrypoint"):
+        return {}
+    nproc, nnodes = int(spec.get("nproc") or 1), int(spec.get("nnodes") or 1)
+    return {
+        "resume_from": resume_inputs[0] if resume_inputs else None,
+        "world_size": nproc * nnodes,
+        "accumulation_steps": int(spec.get("accumulation_steps") or 1),
+    }
 
 
 def _check_script(entry: Entrypoint, code_dir: Path) -> None:

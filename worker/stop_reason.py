@@ -30,6 +30,8 @@ def stop_reason(seen: Seen, limits: Limits) -> StopReason | None:
         return StopReason.drain
     if seen.over_limit is not None:
         return StopReason.memory
+    if seen.broke_limit is not None:  # max_runtime_s, disk_limit_mb, an overlong event line (worker/quota.py)
+        return StopReason.limit
     if seen.preempt_for is not None and status in (S.starting, S.running):
         return StopReason.preempt
     if seen.lost_peer is not None:
@@ -60,6 +62,8 @@ def stop_note(reason: StopReason, seen: Seen, limits: Limits) -> str:
         return stall_note(seen, limits)
     if reason is StopReason.memory:
         return seen.over_limit or ""
+    if reason is StopReason.limit:
+        return seen.broke_limit or ""
     return seen.lost_peer or ""
 
 

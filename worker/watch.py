@@ -19,13 +19,16 @@ from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
 from core import hosts, jobs
+from core.console_log import MarkWriter
+from core.db import is_outage
 from core.settings import Settings
 from core.tables import JobStatus
 from trainer.event_types import EventType
 from worker import drain, script_jobs
 from worker.attempt import Attempt, Seen
 from worker.console_feed import ConsoleFeed
-from worker.ingest import EventTail, Ingestor, TimedMetric
+from worker.ingest import EventTail, Ingestor, SeriesCaps, TimedMetric
+from worker.quota import Quota, QuotaWatch
 from worker.resources import ResourceWatch
 from worker.tensorboard import TensorBoardTail
 
@@ -64,7 +67,8 @@ class Watcher:
     def __init__(self, a: Attempt) -> None:
         self.a = a
         self.tail = EventTail(a.run.events)
-        self.ingestor = Ingestor(a.engine, a.job_id, a.run.root, attempt=a.number)
+        caps = SeriesCaps(a.settings.job_max_series, a.settings.job_max_points_per_series)  # issue 19 item 4
+        self.ingestor = Ingestor(a.engine, a.job_id, a.run.root, attempt=a.number, caps=caps)
         self.pending: list[dict[str, Any]] = []
         self.tensorboard = TensorBoardTail(a.run.tensorboard)
         self.pending_tb: list[TimedMetric] = []
@@ -87,9 +91,14 @@ class Watcher:
             interval_s=a.settings.heartbeat_s,
             settings=a.settings,
         )
+        # The merged console's time marks beside every rank log of this attempt (core/console_log.py).
+        self.log_marks = MarkWriter(a.run.attempt_logs(a.number))
         self.over_limit: str | None = None
         self.lost_peer: str | None = None  # another node's host that went silent
         self.last_peer_check = time.monotonic()
+        row = jobs.get_job(a.engine, a.job_id)  # max_runtime_s counts from the job's first start
+        started_at = row.started_at if row is not None else None
+        self.quota = QuotaWatch(Quota.of(a.spec, a.settings), a.run.root, started_at, a.settings.heartbeat_s)
 
     # --- reading what the ranks wrote -------------------------------------------------------------
 
@@ -112,6 +121,7 @@ class Watcher:
         if self.a.spec.is_script:
             self._notice_output()
             self.console.read()
+        self.log_marks.note(time.time(), final=self.a.proc.poll() is not None)
 
     def _notice_output(self) -> None:
         """A script that writes no events is alive while its logs grow (its first output arms the watchdog)."""
@@ -155,6 +165,8 @@ class Watcher:
                     self.last_peer_check = now
             self._write_pending(now, limit=TICK_POINTS)
         except DBAPIError as exc:
+            if not is_outage(exc):  # bad data or a bug, not an outage: supervision fails saying so
+                raise
             log.warning("job %s: database unavailable, retrying (%s)", a.job_id, type(exc).__name__)
             self.status, self.attempt = S.running, a.number
         return Seen(
@@ -167,6 +179,17 @@ class Watcher:
             started=self.started,
             quiet_s=now - self.last_event,
             last_step=self.last_step,
+            broke_limit=self.quota.check(now, self.tail.overlong_lines) or self.record_lost(),
+        )
+
+    def record_lost(self) -> str | None:
+        """Why the run's record can no longer be whole: events.jsonl deleted after the ranks wrote to it (they
+        go on writing into the deleted file). Noticed at the next look, not at the run's end (issue 20)."""
+        if self.tail.offset == 0 or self.a.run.events.exists():
+            return None
+        return (
+            f"events.jsonl was deleted while the job ran (after {self.tail.offset} bytes; "
+            f"last step {self.last_step}): the run's record cannot be completed"
         )
 
     def write_pending(self, limit: int | None = None) -> int:

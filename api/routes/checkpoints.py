@@ -1,15 +1,19 @@
-"""A job's checkpoints, and downloading one (streamed from the run dir, never from outside it)."""
+"""A job's checkpoints, and downloading one: from the run dir (never from outside it), else from the
+artifact store, where a host that does not share the API's runs dir uploaded it (core/artifacts)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from fastapi import APIRouter, HTTPException, status
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, Response
 from sqlmodel import col, select
 
 from api.deps import CheckpointId, JobId, SessionDep, SettingsDep, job_or_404
 from api.models import CheckpointPublic, ErrorDetail
+from api.routes.artifacts import stream_artifact
+from core import artifacts
+from core.artifacts import keys
 from core.paths import UnsafePath, inside_runs_dir, run_dir_of
 from core.tables import Checkpoint
 
@@ -32,7 +36,7 @@ def list_checkpoints(job_id: JobId, session: SessionDep) -> list[CheckpointPubli
     response_class=FileResponse,
     responses={200: {"content": {"application/octet-stream": {}}}, 404: {"model": ErrorDetail}},
 )
-def download_checkpoint(checkpoint_id: CheckpointId, session: SessionDep, settings: SettingsDep) -> FileResponse:
+def download_checkpoint(checkpoint_id: CheckpointId, session: SessionDep, settings: SettingsDep) -> Response:
     row = session.get(Checkpoint, checkpoint_id)
     if row is None:
         raise HTTPException(
@@ -47,11 +51,19 @@ def download_checkpoint(checkpoint_id: CheckpointId, session: SessionDep, settin
         raise HTTPException(
             status.HTTP_404_NOT_FOUND, f"checkpoint {checkpoint_id} is not downloadable: {exc}"
         ) from None
+    filename = f"job{row.job_id}_{Path(row.path).name}"
     if not path.is_file():
+        try:
+            key = keys.job_key(row.job_id, keys.shipped_path(row.path))
+        except keys.BadKey:
+            key = None
+        if key is not None and artifacts.find(settings, key) is not None:  # uploaded to the store
+            streamed = stream_artifact(settings, key, filename)
+            streamed.headers["X-Checkpoint-SHA256"] = row.sha256  # as for a file on disk
+            return streamed
         raise HTTPException(
             status.HTTP_404_NOT_FOUND, f"checkpoint {checkpoint_id}'s file is gone (rotated by keep_last?)"
         )
-    filename = f"job{row.job_id}_{Path(row.path).name}"
     return FileResponse(
         path, media_type="application/octet-stream", filename=filename, headers={"X-Checkpoint-SHA256": row.sha256}
     )

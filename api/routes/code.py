@@ -11,6 +11,7 @@ archive is refused at upload, never at run time.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path as FsPath
 from typing import Annotated
 
@@ -21,8 +22,9 @@ from fastapi.responses import FileResponse
 from starlette.requests import ClientDisconnect
 
 from api.deps import SettingsDep
-from api.models import CodeBundle, CodeFile, CodeFiles, ErrorDetail
+from api.models import CodeBundle, CodeFile, CodeFiles, ErrorDetail, LeftOutFile, LeftOutRecord
 from core import bundles
+from core.bundles import excluded
 from core.settings import Settings
 
 router = APIRouter(tags=["code"])
@@ -174,4 +176,43 @@ def list_code_files(sha256: Sha256, settings: SettingsDep) -> CodeFiles:
         files=found.files,
         unpacked_bytes=found.unpacked_bytes,
         paths=[CodeFile(path=p, size=s) for p, s in found.paths],
+        left_out=[
+            LeftOutFile(
+                path=e.path,
+                bytes=e.bytes,
+                files=e.files,
+                ignore_file=e.rule.file,
+                line=e.rule.line,
+                pattern=e.rule.pattern,
+            )
+            for e in excluded.read_record(settings, sha256)
+        ],  # fmt: skip
     )
+
+
+@router.put(
+    "/code/{sha256}/left-out",
+    response_model=LeftOutRecord,
+    responses={404: {"model": ErrorDetail}, 413: {"model": ErrorDetail}, 422: {"model": ErrorDetail}},
+)
+async def put_left_out(sha256: Sha256, request: Request, settings: SettingsDep) -> LeftOutRecord:
+    """What `rankzero submit --code` left out of this bundle's upload (the ignore file and line of each), kept
+    beside it for the job page and the failure headlines (issue 27). The latest upload's record wins."""
+    if not bundles.archive_path(settings, sha256).is_file():
+        raise _not_stored(sha256)
+    body = await request.body()  # bounded: api/limits.py caps bodies at 1 MiB
+    if len(body) > excluded.MAX_RECORD_BYTES:
+        raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, "the record of left-out files is over 1 MiB")
+    try:
+        record = json.loads(body)
+    except ValueError:
+        record = None
+    if not isinstance(record, dict) or not isinstance(record.get("entries"), list):
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            'the record of left-out files must be JSON like {"entries": [{"path", "bytes", "files", "file", '
+            '"line", "pattern"}]}, as `rankzero submit --code` sends it',
+        )
+    items = excluded.from_json(body)  # each entry checked; an ill-formed one is dropped
+    await run_in_threadpool(excluded.write_record, settings, sha256, items)
+    return LeftOutRecord(entries=len(items))

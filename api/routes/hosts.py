@@ -9,12 +9,13 @@ from sqlalchemy import select
 from sqlmodel import Session, col
 
 from api.deps import SettingsDep
-from api.models import HostJob, HostPublic
+from api.models import HostJob, HostPublic, SlurmNodePublic
 from core import hosts
+from core.artifacts import sharing
 from core.db import get_read_engine
 from core.job_state import HOLDING
 from core.placement_record import BadPlacement, read_placement
-from core.tables import Job
+from core.tables import Job, SlurmNode
 
 router = APIRouter(tags=["hosts"])
 
@@ -66,6 +67,20 @@ def list_hosts(settings: SettingsDep) -> list[HostPublic]:
                 drain_requested=h.drain_requested,
                 drain_note=h.drain_note,
                 gpu_faults=dict(h.gpu_faults),
+                storage=sharing.known(h.storage),
+                storage_note=sharing.DESCRIPTION.get(h.storage, sharing.DESCRIPTION["unknown"]),
             )
         )
     return out
+
+
+@router.get("/slurm/nodes", response_model=list[SlurmNodePublic])
+def list_slurm_nodes(settings: SettingsDep) -> list[SlurmNodePublic]:
+    """The partitions and node states of every Slurm pool (docs/slurm.md), as its agent last saw them with
+    `sinfo`; empty when no pool is handed to Slurm. Bounded by the cluster's size, one indexed read."""
+    engine = get_read_engine(settings.resolved_database_url)
+    with Session(engine) as session:
+        rows = session.scalars(
+            select(SlurmNode).order_by(col(SlurmNode.pool), col(SlurmNode.partition), col(SlurmNode.node)).limit(10_000)
+        ).all()
+        return [SlurmNodePublic.model_validate(r, from_attributes=True) for r in rows]

@@ -3,22 +3,27 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response, status
 from pydantic import BaseModel
-from sqlalchemy import func
+from sqlalchemy import String, cast, func
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from api import submit_policy
-from api.deps import JobId, SessionDep, SettingsDep, job_or_404
+from api.auth import may_change_job
+from api.deps import CurrentUser, JobId, SessionDep, SettingsDep, job_or_404
 from api.models import ErrorDetail, JobDetail, JobPage, JobPublic, TransitionPublic
-from core import bundles, jobs
+from core import audit, bundles, jobs, quotas, team_pass
 from core.db import get_read_engine
 from core.settings import Settings
-from core.tables import Job, JobStatus, JobTransition
+from core.tables import Job, JobStatus, JobTransition, User
+from core.users import Principal
+from trainer.run_dir import job_run_dir
 from trainer.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -52,11 +57,14 @@ def submit_job(
     session: SessionDep,
     settings: SettingsDep,
     response: Response,
+    who: CurrentUser,
     idempotency_key: IdempotencyKey = None,
 ) -> JobPublic:
-    """Queue a training job. The body is a JobSpec (GET /api/schema/job-spec); unknown fields are refused."""
+    """Queue a training job, owned by the caller. The body is a JobSpec (GET /api/schema/job-spec); unknown
+    fields are refused. Refused (422) when it could never fit the caller's quota, 429 past her queued quota."""
     if idempotency_key and (done := jobs.by_idempotency_key(session, idempotency_key)) is not None:
         return _replay(done, spec, settings, response)
+    _check_quota(session, settings, who, spec)
     try:
         spec = submit_policy.apply(spec, settings)
     except submit_policy.QuotaExceeded as exc:
@@ -67,8 +75,17 @@ def submit_job(
         ) from None
     except submit_policy.SpecRefused as exc:
         raise HTTPException(422, [{"loc": list(exc.loc), "msg": exc.msg, "type": "value_error"}]) from None
+    _check_resume_owner(session, settings, who, spec)
     try:
-        job = jobs.create(session, spec.name, spec.model_dump(mode="json"), settings.queue, idempotency_key)
+        job = jobs.create(
+            session,
+            spec.name,
+            spec.model_dump(mode="json"),
+            settings.queue,
+            idempotency_key,
+            owner_id=who.user_id,
+            before_commit=lambda row: audit.record(session, who, "job.submit", f"job {row.id}", row.name),
+        )
     except IntegrityError:
         session.rollback()
         winner = jobs.by_idempotency_key(session, idempotency_key) if idempotency_key else None
@@ -76,7 +93,48 @@ def submit_job(
             raise
         return _replay(winner, spec, settings, response)
     # Committed: core.jobs.create has woken the scheduler, which places it (no message to send from here).
-    return JobPublic.from_row(job)
+    return JobPublic.from_row(job, {who.user_id: who.name})
+
+
+def _check_quota(session: Session, settings: Settings, who: Principal, spec: JobSpec) -> None:
+    """422 when the job could never fit the caller's quota; 429 when she has her quota of jobs queued."""
+    user = session.get(User, who.user_id)
+    if user is None:
+        return
+    quota = team_pass.quota_of(user, settings)
+    if (never := quotas.never_within(spec, quota)) is not None:
+        raise HTTPException(422, [{"loc": ["body"], "msg": never, "type": "quota_exceeded"}])
+    queued = session.exec(
+        select(func.count()).select_from(Job).where(Job.owner_id == who.user_id, Job.status == JobStatus.queued)
+    ).one()
+    if (over := quotas.over_queued(queued, quota)) is not None:
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            [{"loc": ["body"], "msg": over, "type": "quota_exceeded"}],
+            headers={"Retry-After": "60"},
+        )
+
+
+def _check_resume_owner(session: Session, settings: Settings, who: Principal, spec: JobSpec) -> None:
+    """Members resume only their own jobs' checkpoints (admins any): 403 naming the role otherwise. The job is
+    the one whose standard run dir (`job_<id>`) holds the checkpoint; a file elsewhere has no owner to check."""
+    if spec.resume_from is None or who.role == "admin":
+        return
+    run_dir = Path(spec.resume_from).parent.parent  # resolved inside the runs dir by submit_policy
+    found = re.fullmatch(r"job_(\d{1,10})", run_dir.name)
+    if found is None or job_run_dir(settings.resolved_runs_dir, int(found[1])) != run_dir:
+        return
+    job = session.get(Job, int(found[1]))
+    if job is not None:
+        may_change_job(who, job.owner_id, int(found[1]), "resuming")
+
+
+def owner_names(session: Session, jobs_: list[Job]) -> dict[int, str]:
+    """user id -> name for the owners of `jobs_` (one small query)."""
+    ids = {j.owner_id for j in jobs_ if j.owner_id is not None}
+    if not ids:
+        return {}
+    return {uid: name for uid, name in session.execute(select(User.id, User.name).where(col(User.id).in_(ids))).all()}
 
 
 def _replay(job: Job, spec: JobSpec, settings: Settings, response: Response) -> JobPublic:
@@ -120,8 +178,9 @@ def _json(model: BaseModel) -> Response:
 
 
 @router.get("/jobs", response_model=JobPage)
-def list_jobs(
+def list_jobs(  # noqa: PLR0913 (one parameter per filter)
     session: ReadSessionDep,
+    who: CurrentUser,
     status_: Annotated[
         list[JobStatus] | None, Query(alias="status", description="Only jobs in this status (repeatable).")
     ] = None,
@@ -131,13 +190,30 @@ def list_jobs(
     ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE,
     offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
+    owner: Annotated[
+        str | None, Query(max_length=40, pattern=r"^[a-z][a-z0-9._-]*$", description="Only this user's jobs.")
+    ] = None,
+    mine: Annotated[bool, Query(description="Only the caller's jobs.")] = False,
+    archived: Annotated[
+        bool | None, Query(description="Archived jobs only (true), or all (omit: archived are hidden unless false).")
+    ] = None,
+    tag: Annotated[
+        str | None, Query(max_length=40, pattern=r"^[A-Za-z0-9._:-]+$", description="Only jobs with this tag.")
+    ] = None,
 ) -> Response:
-    """Jobs, newest first."""
+    """Jobs, newest first. Archived jobs are hidden unless `archived=true`."""
     query = select(Job)
     if status_:
         query = query.where(col(Job.status).in_(status_))
     if name:
         query = query.where(col(Job.name).contains(name, autoescape=True))
+    if mine:
+        query = query.where(Job.owner_id == who.user_id)
+    elif owner:
+        query = query.where(col(Job.owner_id).in_(select(User.id).where(User.name == owner)))
+    query = query.where(col(Job.archived).is_(bool(archived)))
+    if tag:  # the quoted tag in the JSON text: exact, as a tag holds no quote (core/housekeeping.py)
+        query = query.where(cast(Job.tags, String).contains(f'"{tag}"', autoescape=True))
     # The page and the total in one statement (the count an uncorrelated subquery, evaluated once; a
     # window count would materialise every matching row); only a page past the end, which has no row to
     # carry the total, counts separately.
@@ -149,7 +225,8 @@ def list_jobs(
         .offset(offset)
     ).all()
     total = page[0][1] if page else session.exec(count).one()
-    items = [JobPublic.from_row(job) for job, _ in page]
+    owners = owner_names(session, [job for job, _ in page])
+    items = [JobPublic.from_row(job, owners) for job, _ in page]
     return _json(JobPage.model_construct(items=items, total=total, limit=limit, offset=offset))
 
 
@@ -161,7 +238,7 @@ def get_job(job_id: JobId, session: ReadSessionDep, settings: SettingsDep) -> Re
     ).all()
     # Built from values validated already (JobPublic, TransitionPublic), so not validated again.
     fields: dict[str, Any] = {
-        **dict(JobPublic.from_row(job)),
+        **dict(JobPublic.from_row(job, owner_names(session, [job]))),
         "transitions": [TransitionPublic.from_row(r) for r in rows],
         **_code_summary(job.spec, settings),
     }
@@ -185,17 +262,20 @@ def _code_summary(spec: dict, settings: Settings) -> dict[str, int]:
     response_model=JobPublic,
     responses={404: {"model": ErrorDetail}, 409: {"model": ErrorDetail}},
 )
-def cancel_job(job_id: JobId, session: SessionDep) -> JobPublic:
-    """queued → cancelled at once; starting/running → cancelling (the worker stops the ranks); finished → 409."""
+def cancel_job(job_id: JobId, session: SessionDep, who: CurrentUser) -> JobPublic:
+    """queued → cancelled at once; starting/running → cancelling (the worker stops the ranks); finished → 409.
+    Members cancel their own jobs; admins any (403 otherwise)."""
     for _ in range(5):  # the worker may move the job between our read and our conditional update
         job = job_or_404(session, job_id)
+        may_change_job(who, job.owner_id, job_id, "cancelling")
         current = job.status
         if current.is_terminal:
             raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} already {current.value}; nothing to cancel")
         if current is JobStatus.cancelling:
             return JobPublic.from_row(job)
         target = JobStatus.cancelled if current is JobStatus.queued else JobStatus.cancelling
-        if jobs.transition(session, job_id, target, expect=current, detail="cancel requested"):
+        if jobs.transition(session, job_id, target, expect=current, detail=f"cancel requested by {who.name}"):
+            audit.record(session, who, "job.cancel", f"job {job_id}", f"was {current.value}")
             session.commit()
             session.refresh(job)
             return JobPublic.from_row(job)

@@ -1,4 +1,6 @@
-"""Per-rank stdout/stderr of a job (torchrun's --log-dir), read by byte offset or tail."""
+"""A job's console: every rank's stdout and stderr merged in time order (`/console`, the default view of
+the page and `rankzero logs`), and each rank's stream on its own (torchrun's --log-dir), read by byte
+offset or tail."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ from fastapi import APIRouter, HTTPException, Query, status
 from fastapi.responses import FileResponse
 
 from api.deps import JobId, SessionDep, SettingsDep, job_or_404
-from api.models import ErrorDetail, LogChunk
+from api.models import ConsoleChunk, ConsoleLinePublic, ErrorDetail, LogChunk
+from core import console_log
+from core.job_state import TERMINAL
 from core.paths import UnsafePath, inside_runs_dir, run_dir_of
 from trainer.run_dir import RunDir
 
@@ -41,6 +45,66 @@ def _log_path(run: RunDir, rank: int, stream: str, attempt: int | None, settings
         return inside_runs_dir(path, settings.resolved_runs_dir)  # a symlinked log must not leave the runs dir
     except UnsafePath as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"log refused: {exc}") from None
+
+
+def _console_logs(run: RunDir, attempt: int | None, settings) -> tuple[list[console_log.LogFile], list[int], bool]:
+    """The logs merged (each confined to the runs dir), the ranks they belong to, and whether some were left out."""
+    if not run.logs.is_dir():
+        return [], [], False
+    found: list[console_log.LogFile] = []
+    for stream in console_log.STREAMS:
+        for rank, path in run.rank_logs(stream, attempt).items():
+            try:
+                found.append(console_log.LogFile(rank, stream, inside_runs_dir(path, settings.resolved_runs_dir)))
+            except UnsafePath:
+                continue  # a symlinked log that leaves the runs dir is not read
+    found.sort(key=lambda f: (f.rank, f.stream))
+    kept = found[: console_log.MAX_FILES]
+    return kept, sorted({f.rank for f in kept}), len(found) > len(kept)
+
+
+@router.get(
+    "/jobs/{job_id}/console",
+    response_model=ConsoleChunk,
+    responses={404: {"model": ErrorDetail}, 422: {"model": ErrorDetail}},
+)
+def get_console(  # noqa: PLR0913 (one parameter per query field)
+    job_id: JobId,
+    session: SessionDep,
+    settings: SettingsDep,
+    cursor: Annotated[
+        str | None,
+        Query(max_length=console_log.MAX_CURSOR_CHARS, description="The cursor of the previous read (follow)."),
+    ] = None,
+    limit: Annotated[
+        int, Query(ge=4096, le=4 * MAX_CHUNK_BYTES, description="Most log bytes read, over all the files.")
+    ] = 4 * 65536,
+    q: Annotated[str, Query(max_length=200, description="Only lines containing this (case-insensitive).")] = "",
+    attempt: Annotated[
+        int | None, Query(ge=0, le=10_000, description="This attempt's logs (default: the newest of each rank).")
+    ] = None,
+) -> ConsoleChunk:
+    """All ranks' stdout and stderr merged in time order (the newest `limit` bytes, or on from `cursor`).
+    The cost is bounded by `limit` and the number of logs (at most MAX_FILES are merged)."""
+    job = job_or_404(session, job_id)
+    run = _run_of(job_id, session, settings)
+    try:
+        offsets = console_log.parse_cursor(cursor) if cursor is not None else None
+    except ValueError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from None
+    logs, ranks, more = _console_logs(run, attempt, settings)
+    lines, after = console_log.read_console(logs, offsets, limit, done=job.status in TERMINAL)
+    return ConsoleChunk(
+        lines=[
+            ConsoleLinePublic(
+                rank=ln.rank, stream="stderr" if ln.stream == "stderr" else "stdout", time=ln.time, text=ln.text
+            )
+            for ln in console_log.matching(lines, q)
+        ],
+        cursor=console_log.format_cursor(after),
+        ranks=ranks,
+        more_ranks=more,
+    )
 
 
 @router.get("/jobs/{job_id}/logs", response_model=LogChunk, responses={404: {"model": ErrorDetail}})

@@ -1,4 +1,4 @@
-"""Operating the service: drain and undrain a host (admin: the token holder, for now), and a job's
+"""Operating the service: drain and undrain a host (role admin), and a job's
 notification delivery log (docs/operations.md)."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from pydantic import BaseModel, Field
 from sqlalchemy import select
 from sqlmodel import col
 
-from api.deps import JobId, SessionDep, SettingsDep, job_or_404
+from api.deps import Admin, JobId, SessionDep, SettingsDep, job_or_404
 from api.models import ErrorDetail, HostPublic
 from api.routes.hosts import list_hosts
-from core import hosts, jobs
+from core import audit, hosts, jobs
 from core.db import get_engine
 from core.tables import NotificationDelivery, NotificationEvent
 
@@ -63,18 +63,28 @@ def _drain(settings: SettingsDep, name: str, drain: bool, note: str | None) -> H
 
 @router.post("/hosts/{name}/drain", response_model=HostPublic, responses={404: {"model": ErrorDetail}})
 def drain_host(
-    settings: SettingsDep, name: HostName, body: Annotated[DrainRequest | None, Body()] = None
+    settings: SettingsDep,
+    session: SessionDep,
+    name: HostName,
+    who: Admin,
+    body: Annotated[DrainRequest | None, Body()] = None,
 ) -> HostPublic:
-    """Drain a host: nothing new is placed there, and its running jobs checkpoint and resume elsewhere
+    """Drain a host (admin): nothing new is placed there, and its running jobs checkpoint and resume elsewhere
     (within a few heartbeats). It stays drained, across worker restarts, until undrained."""
     note = (body.note or "").strip() or None if body else None
-    return _drain(settings, name, True, note)
+    host = _drain(settings, name, True, note)
+    audit.record(session, who, "host.drain", f"host {name}", note)
+    session.commit()
+    return host
 
 
 @router.post("/hosts/{name}/undrain", response_model=HostPublic, responses={404: {"model": ErrorDetail}})
-def undrain_host(settings: SettingsDep, name: HostName) -> HostPublic:
-    """Give a drained host back to the scheduler."""
-    return _drain(settings, name, False, None)
+def undrain_host(settings: SettingsDep, session: SessionDep, name: HostName, who: Admin) -> HostPublic:
+    """Give a drained host back to the scheduler (admin)."""
+    host = _drain(settings, name, False, None)
+    audit.record(session, who, "host.undrain", f"host {name}")
+    session.commit()
+    return host
 
 
 @router.get(

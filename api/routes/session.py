@@ -1,11 +1,13 @@
 """Signing in and out of the dashboard: the /login form and POST /logout.
 
-Signing in trades the API token (posted in a form, never in a URL) for the HttpOnly,
-SameSite=Strict session cookie of api.auth, `Secure` when the browser came over https (directly or
-through a proxy named in RANKZERO_TRUSTED_PROXIES). Wrong tokens count against the client's
-allowance in api/client_limits.py, as wrong bearer tokens do (429 past it). Both form POSTs are
-guarded against cross-site requests: login by an Origin/Sec-Fetch-Site check (there is no session
-yet to hold a CSRF secret), logout by the session's CSRF secret in a hidden field as well.
+Signing in trades an API token (the user's own, or the server's: the first admin), posted in a
+form, never in a URL, for a session of that user: the HttpOnly, SameSite=Strict session cookie of
+api.auth, `Secure` when the browser came over https (directly or through a proxy named in
+RANKZERO_TRUSTED_PROXIES). Wrong tokens count against the client's allowance in
+api/client_limits.py, as wrong bearer tokens do (429 past it). Both form POSTs are guarded against
+cross-site requests: login by an Origin/Sec-Fetch-Site check (there is no session yet to hold a
+CSRF secret), logout by the session's CSRF secret in a hidden field as well. Signing out ends this
+browser's session only.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from urllib.parse import urlsplit
 from fastapi import APIRouter, Form, HTTPException, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from api.auth import end_session, issue_session, session_csrf, token_matches
+from api.auth import bearer_principal, end_session, issue_session, session_csrf, session_of, token_matches
 from api.client_limits import FailureWindow, client_of, throttled_detail
 from api.routes.ui import SettingsDep, page
 
@@ -76,15 +78,20 @@ def login(
     wait = failures.retry_after(client, monotonic())
     if wait is not None:
         return page(request, "login.html", "", next=_safe_next(next), error=throttled_detail(wait), status_code=429)
-    if not token or not token_matches(token.strip(), settings.token()):
+    who = bearer_principal(token, settings) if token else None
+    if who is None:
         failures.record(client, monotonic())
         # 200, not 401: the form is re-rendered with its message, and the browser console stays clean.
         return page(
-            request, "login.html", "", next=_safe_next(next), error="That token is not this server's API token."
+            request,
+            "login.html",
+            "",
+            next=_safe_next(next),
+            error="That token is not this server's API token, nor a live token of one of its users.",
         )
     response = RedirectResponse(_safe_next(next), status_code=status.HTTP_303_SEE_OTHER)
     # https as the client sees it: behind a trusted TLS proxy, its X-Forwarded-Proto (api/app.py)
-    issue_session(response, settings, secure=request.url.scheme == "https")
+    issue_session(response, settings, who, secure=request.url.scheme == "https")
     return response
 
 
@@ -96,3 +103,16 @@ def logout(request: Request, settings: SettingsDep, csrf: Annotated[str, Form(ma
     response = RedirectResponse("/login", status_code=status.HTTP_303_SEE_OTHER)
     end_session(request, response, settings)
     return response
+
+
+@router.get("/admin", response_class=HTMLResponse)
+def admin_page(request: Request, settings: SettingsDep) -> Response:
+    """The Team page (users, tokens, audit log): admins only; others are told which role it needs."""
+    found = session_of(request, settings)
+    if found is None:
+        return RedirectResponse(f"/login?next={request.url.path}", status_code=status.HTTP_303_SEE_OTHER)
+    who, csrf = found
+    request.state.principal = who
+    if who.role != "admin":
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"the Team page needs role admin; {who.name} is {who.role}")
+    return page(request, "admin.html", csrf, nav="admin")

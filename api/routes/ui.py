@@ -141,6 +141,26 @@ _SPEC_DEFAULTS_JSON = (
 )
 
 
+@router.get("/sweeps", response_class=HTMLResponse)
+def sweepspage(request: Request, settings: SettingsDep) -> Response:
+    """The sweeps, newest first (web/static/js/sweep.js, issue 24)."""
+    csrf = session_csrf(request, settings)
+    if csrf is None:
+        return _to_login(request)
+    return page(request, "sweep.html", csrf, nav="sweeps", sweep_id=None)
+
+
+@router.get("/sweeps/{sweep_id}", response_class=HTMLResponse)
+def sweeppage(
+    request: Request, settings: SettingsDep, sweep_id: Annotated[int, PathParam(ge=1, le=MAX_ID)]
+) -> Response:
+    """One sweep: its trials table, charts and actions (web/static/js/sweep.js, issue 24)."""
+    csrf = session_csrf(request, settings)
+    if csrf is None:
+        return _to_login(request)
+    return page(request, "sweep.html", csrf, nav="sweeps", sweep_id=sweep_id)
+
+
 @router.get("/hosts", response_class=HTMLResponse)
 def hostspage(request: Request, settings: SettingsDep) -> Response:
     csrf = session_csrf(request, settings)
@@ -212,7 +232,9 @@ def _prefill(
                 checkpoint_step=checkpoint.step,
                 resume_from=str(run_dir / checkpoint.path),
             )
-            resume_info.update(step=checkpoint.step, global_batch=_global_batch(job.spec))
+            # A script chooses its own batch: no global-batch warning for it.
+            batch = None if job.spec.get("entrypoint") else _global_batch(job.spec)
+            resume_info.update(step=checkpoint.step, global_batch=batch)
             return spec, f"Resuming job {job.name} (#{job.id}) from its checkpoint at step {checkpoint.step}: {how}."
         job = db.get(Job, clone)
         if job is None:

@@ -9,14 +9,18 @@ decides; at one level `.rankzeroignore` before `.gitignore`, so `!pattern` there
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import pathspec
 
-from core.bundles.format import IGNORE_FILES, NEVER_PACKED
+from core.bundles.format import IGNORE_FILES, INCOMING_PREFIX, NEVER_PACKED, BundleError, parse_ref, store_dir
+from core.bundles.include import Includes
+from core.settings import Settings
 
 MAX_LISTED = 10  # entries printed; the rest are summed on one line
 
@@ -83,8 +87,10 @@ def _size_of(folder: Path) -> tuple[int, int]:
     return total, count
 
 
-def excluded(folder: Path) -> list[Excluded]:
-    """What the ignore files leave out of `folder`'s bundle, largest first."""
+def excluded(folder: Path, include: Includes | None = None) -> list[Excluded]:
+    """What the ignore files leave out of `folder`'s bundle, largest first (`include`: globs taken whatever
+    they say, core/bundles/include.py: a folder that may hold one is walked and its files reported each)."""
+    inc = include or Includes(())
     root = folder.resolve()
     out: list[Excluded] = []
     rules_of: dict[str, list[_Rules]] = {}
@@ -100,7 +106,7 @@ def excluded(folder: Path) -> list[Excluded]:
             if name in NEVER_PACKED:
                 continue
             rule = _decide(rel, True, rules)
-            if rule is None:
+            if rule is None or (inc and inc.may_hold(rel)):
                 kept.append(name)
             else:
                 size, count = _size_of(here / name)
@@ -110,7 +116,7 @@ def excluded(folder: Path) -> list[Excluded]:
             rel = f"{rel_dir}/{name}" if rel_dir else name
             if PurePosixPath(rel).name in NEVER_PACKED:
                 continue
-            rule = _decide(rel, False, rules)
+            rule = None if inc.file(rel) else _decide(rel, False, rules)
             if rule is not None:
                 try:
                     size = (here / name).lstat().st_size
@@ -165,3 +171,106 @@ def warnings(entrypoint: str | None, items: list[Excluded]) -> list[str]:
         f"it: add `!{e.rule.pattern.lstrip('!')}` (or `!{e.path}`) to .rankzeroignore to upload it"
         for word, e in named_by(entrypoint, items)
     ]
+
+
+# --- the record of an upload (issue 27): the job page lists it, a failure headline names it ------------------
+# Kept beside the bundle in the store (`<sha256>.left-out.json`, PUT /api/code/<sha256>/left-out by
+# `rankzero submit --code`), not inside it: a file the ignore files leave out (a log, a checkpoint) may
+# change at every submit, and must not change the bundle's sha256 or make it upload again. The latest
+# submit of a bundle writes its record.
+
+MAX_RECORDED = 1000  # entries recorded, largest first; the totals count them all
+MAX_RECORD_BYTES = 1 << 20
+RECORD_SUFFIX = ".left-out.json"
+
+
+def record_path(settings: Settings, sha256: str) -> Path:
+    return store_dir(settings) / f"{parse_ref(sha256)}{RECORD_SUFFIX}"
+
+
+def to_json(items: list[Excluded]) -> bytes:
+    """The record of what the upload left out (largest first, at most MAX_RECORDED entries)."""
+    entries = [
+        {"path": e.path, "bytes": e.bytes, "files": e.files, "file": e.rule.file, "line": e.rule.line,
+         "pattern": e.rule.pattern}
+        for e in items[:MAX_RECORDED]
+    ]  # fmt: skip
+    record = {"files": sum(e.files for e in items), "bytes": sum(e.bytes for e in items), "entries": entries}
+    return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+
+
+def from_json(data: bytes) -> list[Excluded]:
+    """The entries of a record (ill-formed entries skipped; a record over MAX_RECORD_BYTES reads as none):
+    it came from the user's machine, so every field is checked."""
+    if len(data) > MAX_RECORD_BYTES:
+        return []
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return []
+    raw = record.get("entries") if isinstance(record, dict) else None
+    out = []
+    for e in raw[:MAX_RECORDED] if isinstance(raw, list) else []:
+        try:
+            rule = Rule(str(e["file"])[:300], int(e["line"]), str(e["pattern"])[:300])
+            out.append(Excluded(str(e["path"])[:1000], int(e["bytes"]), int(e["files"]), rule))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+def read_record(settings: Settings, sha256: str) -> list[Excluded]:
+    """The stored record of a bundle's latest upload ([] when none was sent)."""
+    try:
+        with open(record_path(settings, sha256), "rb") as fh:
+            return from_json(fh.read(MAX_RECORD_BYTES + 1))
+    except (OSError, BundleError):
+        return []
+
+
+def write_record(settings: Settings, sha256: str, items: list[Excluded]) -> None:
+    """Store the record of a stored bundle's upload (atomically: a reader sees the old one or the new one)."""
+    path = record_path(settings, sha256)
+    tmp = path.with_name(f"{INCOMING_PREFIX}{path.name}.{os.getpid()}")
+    tmp.write_bytes(to_json(items))
+    os.replace(tmp, path)
+
+
+# What Python (and most tools) print when a file is missing: the path is the quoted part.
+_MISSING = re.compile(
+    r"(?:No such file or directory|FileNotFoundError|not found|cannot open)[^'\"\n]*['\"]([^'\"\n]{1,1000})['\"]"
+)
+
+
+def _relative(path: str) -> str:
+    """A path as the job saw it, relative to its code folder where it can tell (`./x`, `<code>/x`, `/…/code/x`)."""
+    path = path.removeprefix("./")
+    for marker in ("<code>/", "/code/"):
+        if marker in path:
+            path = path.rsplit(marker, 1)[1]
+    return PurePosixPath(path).as_posix()
+
+
+def left_out_in(error: str, items: list[Excluded]) -> tuple[str, Excluded] | None:
+    """The first missing path an error names that the upload left out, with its entry (None: none)."""
+    for quoted in _MISSING.findall(error):
+        rel = _relative(quoted)
+        for e in items:
+            whole = e.path.rstrip("/")
+            inside = e.path.endswith("/") and f"/{whole}/" in f"/{rel}/"  # a file of a folder left out whole
+            if rel == whole or rel.endswith("/" + whole) or inside:
+                return quoted, e
+    return None
+
+
+def headline(error: str, items: list[Excluded]) -> str | None:
+    """'data/train.bin was left out of the upload by .gitignore line 3 `*.bin`' when the error is a missing
+    file the upload left out (the failure's headline then starts with it), else None."""
+    found = left_out_in(error, items)
+    if found is None:
+        return None
+    _, e = found
+    return (
+        f"{e.path} was left out of the upload by {e.why()} (add `!{e.rule.pattern.lstrip('!')}` to .rankzeroignore, "
+        "or pass --include, to upload it)"
+    )

@@ -22,6 +22,7 @@ from typing import IO
 import pathspec
 
 from core.bundles.format import IGNORE_FILES, NEVER_PACKED, BundleError, _largest
+from core.bundles.include import Includes
 
 
 @dataclass(frozen=True)
@@ -97,8 +98,10 @@ def _source_file(root: Path, full: Path, rel: str) -> SourceFile:
     return SourceFile(rel, source, info.st_size, bool(info.st_mode & 0o111))
 
 
-def collect(folder: Path) -> list[SourceFile]:
-    """The files `pack` takes from `folder`, sorted by path (ignore files honoured, .git never)."""
+def collect(folder: Path, include: Includes | None = None) -> list[SourceFile]:
+    """The files `pack` takes from `folder`, sorted by path (ignore files honoured, .git never; `include`:
+    globs taken whatever the ignore files say, core/bundles/include.py)."""
+    inc = include or Includes(())
     root = folder.resolve()
     if not root.is_dir():
         raise BundleError(f"{folder} is not a folder")
@@ -114,7 +117,7 @@ def collect(folder: Path) -> list[SourceFile]:
         kept_dirs = []
         for name in sorted(dirnames):
             rel = f"{rel_dir}/{name}" if rel_dir else name
-            if _ignored(rel, True, specs):
+            if _ignored(rel, True, specs) and not (name not in NEVER_PACKED and inc and inc.may_hold(rel)):
                 continue
             if (here / name).is_symlink():
                 found.append(_source_file(root, here / name, rel))  # a file link passes; others say why
@@ -123,7 +126,7 @@ def collect(folder: Path) -> list[SourceFile]:
         dirnames[:] = kept_dirs
         for name in sorted(filenames):
             rel = f"{rel_dir}/{name}" if rel_dir else name
-            if not _ignored(rel, False, specs):
+            if not _ignored(rel, False, specs) or (name not in NEVER_PACKED and inc.file(rel)):
                 found.append(_source_file(root, here / name, rel))
     return sorted(found, key=lambda f: f.path)
 

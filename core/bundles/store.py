@@ -228,6 +228,7 @@ def remove(settings: Settings, sha256: str) -> None:
     archive_path(settings, sha256).unlink(missing_ok=True)
     manifest_path(settings, sha256).unlink(missing_ok=True)
     files_path(settings, sha256).unlink(missing_ok=True)
+    (store_dir(settings) / f"{sha256.removeprefix(REF_PREFIX)}.left-out.json").unlink(missing_ok=True)  # its record
 
 
 def enforce_cap(settings: Settings) -> list[str]:

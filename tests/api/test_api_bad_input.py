@@ -42,13 +42,17 @@ def test_missing_or_wrong_token_is_401(anon_client: TestClient) -> None:
 
 
 def test_session_cookie_needs_csrf_for_unsafe_methods(anon_client: TestClient, settings: Settings, spec: dict) -> None:
-    anon_client.cookies.set(SESSION_COOKIE, _serializer(settings).dumps({"csrf": "secret-x"}))
-    anon_client.cookies.set(CSRF_COOKIE, "secret-x")
+    signed_in = anon_client.post("/login", data={"token": settings.token()}, follow_redirects=False)
+    assert signed_in.status_code == 303, signed_in.text
+    csrf = anon_client.cookies[CSRF_COOKIE]
     assert anon_client.get("/api/jobs").status_code == 200
     assert anon_client.post("/api/jobs", json=spec).status_code == 403
     assert anon_client.post("/api/jobs", json=spec, headers={CSRF_HEADER: "other"}).status_code == 403
-    assert anon_client.post("/api/jobs", json=spec, headers={CSRF_HEADER: "secret-x"}).status_code == 201
+    assert anon_client.post("/api/jobs", json=spec, headers={CSRF_HEADER: csrf}).status_code == 201
+    # A cookie the server did not sign, or one signed by it for no open session, opens nothing.
     anon_client.cookies.set(SESSION_COOKIE, "forged.cookie.value")
+    assert anon_client.get("/api/jobs").status_code == 401
+    anon_client.cookies.set(SESSION_COOKIE, _serializer(settings).dumps({"csrf": csrf}))
     assert anon_client.get("/api/jobs").status_code == 401
 
 

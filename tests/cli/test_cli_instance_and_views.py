@@ -162,8 +162,10 @@ def test_what_a_job_says_prints_verbatim(instance, seeded) -> None:
     assert "BUILDERS[spec.name](**spec.args)" in r.stdout
     assert "'[bold]x[/bold]' :smile: [red]not red[/red]" in r.stdout
     r = instance.cli("jobs")
-    r = instance.cli("logs", str(job))
+    r = instance.cli("logs", str(job), "--rank", "0", "--stream", "stderr")  # one stream: the bytes as they are
     assert r.stdout == LOG
+    r = instance.cli("logs", str(job))  # the merged console: the same line, verbatim, behind its rank's prefix
+    assert r.stdout.rstrip("\n").endswith(LOG.rstrip("\n")) and "r0" in r.stdout, r.stdout
     r = instance.cli("follow", str(job))  # already failed: its outcome and error, exit 1
     assert r.returncode == 1 and "failed" in r.stdout and "BUILDERS[spec.name]" in r.stdout, r.stdout + r.stderr
 

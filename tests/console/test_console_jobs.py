@@ -100,5 +100,32 @@ def test_a_gitignored_data_file_put_back_by_rankzeroignore_is_read_by_the_job(
     workers.start(settings)
     code = upload(client, project)
     job = client.submit(script_spec("data-reader", code, "train.py data/train.bin"))
+    # The same project without its .rankzeroignore, uploaded as `rankzero submit --code` does (then the record of
+    # what it left out): the job page lists the file, and the failure's headline names it first.
+    left = shutil.copytree(project, tmp_path / "left_out")
+    (left / ".rankzeroignore").unlink()
+    left_code = _upload_with_record(client, left, tmp_path)
+    lost = client.submit(script_spec("data-reader-left-out", left_code, "train.py data/train.bin"))
+    listed = client.http.get(f"/code/{left_code.removeprefix('sha256:')}/files").json()["left_out"]
+    assert [(e["path"], e["ignore_file"], e["pattern"]) for e in listed] == [("data/train.bin", ".gitignore", "*.bin")]
     done = client.wait_terminal(job["id"], timeout=180)
     assert done["status"] == "succeeded", done
+    failed = client.wait_terminal(lost["id"], timeout=180)
+    assert failed["status"] == "failed", failed
+    assert failed["error"].startswith("data/train.bin was left out of the upload by .gitignore line "), failed["error"]
+    assert str(settings.data_dir) not in failed["error"]  # no worker path in what the user reads
+
+
+def _upload_with_record(client: Any, folder: Path, tmp: Path) -> str:
+    from core import bundles
+    from core.bundles.excluded import excluded, to_json
+
+    packed = bundles.pack(folder, tmp / "left.tar.gz")
+    r = client.http.post("/code", content=packed.archive.read_bytes(), headers={"Content-Type": "application/gzip"})
+    assert r.status_code in (200, 201), r.text
+    record = to_json(excluded(folder))  # what cli/code.py `_send_record` sends
+    r = client.http.put(f"/code/{packed.sha256}/left-out", content=record, headers={"Content-Type": "application/json"})
+    assert r.status_code == 200 and r.json() == {"entries": 1}, r.text
+    refused = client.http.put(f"/code/{packed.sha256}/left-out", content=b"[1]")
+    assert refused.status_code == 422 and "entries" in refused.json()["detail"]
+    return f"sha256:{packed.sha256}"

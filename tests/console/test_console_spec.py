@@ -59,10 +59,10 @@ def test_a_nested_quantifier_runs_in_linear_time_under_re2() -> None:
 
 
 def test_refusals_read_as_sentences_naming_their_field() -> None:
-    assert _errors(entrypoint="train.py", code=CODE, resume_from="ckpt.pt") == [
+    assert _errors(entrypoint="train.py", code=CODE, epochs=3) == [
         (
-            ("resume_from",),
-            "resume_from only applies to the built-in trainer, not to an entrypoint script: remove it (your script "
+            ("epochs",),
+            "epochs only applies to the built-in trainer, not to an entrypoint script: remove it (your script "
             "reads its own arguments: put them in entrypoint).",
         )
     ]

@@ -72,3 +72,58 @@ def test_submit_prints_the_report_and_the_warning(tmp_path: Path) -> None:
     (tmp_path / "clean" / "train.py").write_text("")
     _say_what_is_left_out(tmp_path / "clean", "train.py", quiet)
     assert quiet.export_text() == ""
+
+
+# --- issue 27: --include, the record the bundle carries, the failure headline ------------------------------
+
+
+def test_include_globs_win_over_the_ignore_files(tmp_path: Path) -> None:
+    import pytest
+
+    from core.bundles.include import Includes
+
+    root = _tree(tmp_path)
+    forced = Includes(["data/*.bin"])
+    assert {f.path for f in bundles.collect(root, forced)} == {".gitignore", "train.py", "data/train.bin",
+                                                               "data/val.bin"}  # fmt: skip
+    assert [e.path for e in excluded(root, forced)] == ["out/", "data/meta.pkl"]
+    (root / ".gitignore").write_text("data/\n")  # a folder left out whole is walked for what an include names
+    assert {f.path for f in bundles.collect(root, Includes(["train.bin"]))} == {".gitignore", "train.py",
+                                                                                  "data/train.bin", "out/ckpt.pt",
+                                                                                  "out/log.txt"}  # fmt: skip
+    for bad in ("", "!x", "../secret", "x" * 301):
+        with pytest.raises(bundles.BundleError, match="--include"):
+            Includes([bad])
+
+
+def test_the_record_of_what_was_left_out_is_kept_beside_the_bundle(tmp_path: Path) -> None:
+    from core.bundles.excluded import from_json, read_record, to_json, write_record
+    from core.settings import Settings
+
+    items = excluded(_tree(tmp_path / "src"))
+    packed = bundles.pack(tmp_path / "src", tmp_path / "b.tar.gz")
+    assert from_json(to_json(items)) == items
+    settings = Settings(data_dir=tmp_path / "data")
+    assert read_record(settings, packed.sha256) == []  # none sent
+    bundles.store_dir(settings).mkdir(parents=True)
+    write_record(settings, packed.sha256, items)
+    assert read_record(settings, packed.sha256) == items
+    bundles.remove(settings, packed.sha256)  # removed with its bundle
+    assert read_record(settings, packed.sha256) == []
+    assert from_json(b'{"entries": [{"path": 3}, "x", {"path": "a", "bytes": "NaN"}]}') == []  # checked, not trusted
+
+
+def test_a_failure_opening_a_left_out_file_names_it_first(tmp_path: Path) -> None:
+    from core.bundles.excluded import headline
+
+    items = excluded(_tree(tmp_path))
+    said = headline(
+        "rank 0 failed with exit code 1: FileNotFoundError: [Errno 2] No such file or directory: 'data/train.bin'",
+        items,
+    )
+    assert said is not None
+    assert said.startswith("data/train.bin was left out of the upload by .gitignore line 1 `*.bin`")
+    inside = headline("FileNotFoundError: [Errno 2] No such file or directory: '<code>/out/ckpt.pt'", items)
+    assert inside is not None and inside.startswith("out/ was left out of the upload by .gitignore line 5 `out/`")
+    assert headline("No such file or directory: 'data/other.bin'", items) is None  # not one it left out
+    assert headline("ValueError: bad shape", items) is None

@@ -391,7 +391,8 @@ def test_never_fits_messages():
     assert never_fits(spec(sync="dataparallel"), "default", gpu) is None
     assert never_fits(spec(nproc=2, nnodes=2), "default", cpu) == (
         "nnodes 2 needs 2 hosts that share a runs dir; pool 'default' has at most 1 sharing one: lower nnodes to 1 "
-        "(raise nproc or accumulation_steps to keep the global batch), or give the hosts one shared runs dir"
+        "(raise nproc or accumulation_steps to keep the global batch), or set RANKZERO_API_URL on their workers "
+        "(they then upload to the API's artifact store and need no shared runs dir)"
     )
     assert "pool 'default' has 1: lower nnodes to 1" in never_fits(spec(nproc=4, nnodes=2), "default", cpu)
     assert never_fits(spec(), "gpu", cpu) == "no host serves pool 'gpu': submit to pool 'default'"

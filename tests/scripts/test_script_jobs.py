@@ -76,6 +76,14 @@ def test_tensorboard_scalars_appear_as_metrics(service, workers, project, upload
     assert [p["step"] for p in loss] == list(range(1, 9))
     assert loss[-1]["value"] < loss[0]["value"]
     assert done["latest_loss"] == loss[-1]["value"]
+    assert done["step"] == 8, done  # no rankzero.progress: the step is TensorBoard's, not 0
+    assert done["epoch"] is None and done["samples"] is None, done  # nobody reported them: null, never 0
+    # System samples, one point per heartbeat (1 s here) for the whole job, keyed by wall-clock ms (not step 0).
+    rss = series["sys/rss_mb_total"]["points"]
+    keys = [p["step"] for p in rss]
+    assert len(keys) >= 2 and keys == sorted(set(keys)), keys
+    assert all(b - a >= 900 for a, b in zip(keys, keys[1:], strict=False)), keys
+    assert abs(keys[-1] / 1000 - time.time()) < 600, keys
 
 
 def test_a_failed_script_restarts_as_a_new_attempt_in_the_same_folder(service, workers, project, upload) -> None:

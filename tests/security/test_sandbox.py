@@ -138,10 +138,14 @@ def test_a_job_cannot_reach_the_services_secrets_other_jobs_or_the_bundle_cache(
         folder.mkdir(parents=True)
         (folder / "train.py").write_text("print('the code the user uploaded')\n")
     own_run = settings.resolved_runs_dir / "job_1"
+    datasets = settings.resolved_datasets_dir  # another job's data set there
+    (datasets / "mnist").mkdir(parents=True)
+    (datasets / "mnist" / "train.bin").write_text("the data every job reads")
     ask = {
         "read": [str(data / "api_token"), str(data / "rankzero.db"), str(other_run / "model.pt"),
                  str(other_bundle / "train.py"), str(own_bundle / "train.py")],
-        "write": [str(own_bundle / "train.py"), str(cache_dir(settings) / "planted.py"), str(own_run / "mine.txt")],
+        "write": [str(own_bundle / "train.py"), str(cache_dir(settings) / "planted.py"), str(own_run / "mine.txt"),
+                  str(datasets / "mnist" / "train.bin"), str(datasets / "planted.bin")],
         "pids": [os.getpid()],
         "secrets": [TOKEN, DB_PASSWORD],
     }  # fmt: skip
@@ -158,6 +162,10 @@ def test_a_job_cannot_reach_the_services_secrets_other_jobs_or_the_bundle_cache(
     assert (own_bundle / "train.py").read_text() == "print('the code the user uploaded')\n"
     assert not (cache_dir(settings) / "planted.py").exists()  # (a write there lands in its private view only)
     assert written[str(own_run / "mine.txt")] == "written"  # its own run dir it may write
+    for data_file in ask["write"][3:]:  # the data sets are read-only: no job changes what another reads
+        assert written[data_file] != "written", f"the job wrote {data_file}"
+    assert (datasets / "mnist" / "train.bin").read_text() == "the data every job reads"
+    assert not (datasets / "planted.bin").exists()
     assert seen["signal"][str(os.getpid())] == "ProcessLookupError"  # the worker is not even in sight
     assert seen["environ_secrets"] == []  # no /proc/<pid>/environ it can read holds a secret
 

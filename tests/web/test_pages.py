@@ -32,7 +32,10 @@ def test_job_page_shows_timeline_charts_checkpoints_and_logs(page, web_service, 
     assert page.locator("#job-timeline li").count() == 4
     assert int(page.locator("#chart-loss").get_attribute("data-points")) > 1000
     assert int(page.locator("#chart-acc").get_attribute("data-points")) == 40
-    assert page.locator("#log-rank option").count() == 4
+    assert page.locator("#log-rank option").count() == 5  # "all, merged" (the default view) and the 4 ranks
+    # The merged console (issue 22): every rank's lines, each with its rank prefix.
+    merged = page.locator("#log-text").text_content() or ""
+    assert "[r0] rank 0 ready" in merged and "[r3 err] [rank 3] step   990" in merged, merged[-300:]
     shot(page, "job-succeeded")
 
     # Zoom: drag across the loss chart → every chart re-asks for the visible steps.

@@ -99,7 +99,7 @@ def test_run_page_outcome_config_charts_logs(new_page, web_service, run_jobs, si
     page.wait_for_function("() => document.querySelector('#smoothing-value').textContent === '0.00'")
     # Logs: search, and download a rank's whole log.
     page.wait_for_function("() => document.querySelector('#log-text').textContent.includes('[rank 0]')")
-    page.fill("#log-search", "step   500")
+    page.fill("#log-search", "[rank 0] step   500")  # the merged view shows every rank's line for step 500
     page.wait_for_function("() => document.querySelector('#log-text').dataset.matches === '1'")
     assert page.locator("#log-matches").inner_text() == "1 of 1"
     if size == "laptop":

@@ -3,6 +3,8 @@ rule (pure, no I/O). worker/outcome.py writes what is decided here; worker/recov
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from core.tables import JobStatus
@@ -99,10 +101,12 @@ def test_decide(case: str, standing: Standing, ended: Ended, facts: Facts, expec
 
 
 def test_a_failed_job_names_its_latest_checkpoint_to_resume_from() -> None:
-    outcome = decide(SPENT, Ended(1), Facts(diagnosed=CRASH, latest_checkpoint="checkpoints/step_40.pt"))
+    standing = dataclasses.replace(SPENT, job_id=7)
+    outcome = decide(standing, Ended(1), Facts(diagnosed=CRASH, latest_checkpoint="checkpoints/step_00000040.pt"))
     assert isinstance(outcome, Fail)
     assert outcome.error.endswith(
-        "\nlatest intact checkpoint: checkpoints/step_40.pt (resubmit with resume_from set to it)"
+        "\nlatest intact checkpoint: checkpoints/step_00000040.pt (continue from it: "
+        "`rankzero resume 7 --checkpoint 40`, or Resume from here on the job page)"
     )
     assert outcome.detail == "CUDA error: out of memory" and outcome.failed_rank == 1 and outcome.exit_code == 1
     assert outcome.error.splitlines()[1:3] == ["Traceback", "  boom"]
@@ -138,7 +142,10 @@ def test_the_recovery_sweep_and_node_zero_word_a_host_loss_alike() -> None:
         "worker lost (x)", Standing(attempt=0, host_losses=3, max_host_losses=3), None, "checkpoints/s.pt"
     )
     assert isinstance(failed, Fail) and "RANKZERO_MAX_HOST_LOSSES 3" in failed.error
-    assert failed.error.endswith("latest intact checkpoint: checkpoints/s.pt (resubmit with resume_from set to it)")
+    assert failed.error.endswith(
+        "latest intact checkpoint: checkpoints/s.pt (continue from it: `rankzero resume JOB`, "
+        "or Resume from here on the job page)"
+    )
 
 
 @pytest.mark.parametrize(

@@ -59,7 +59,7 @@ def test_idle_consumer_backs_off_and_a_put_wakes_it(
     wake: str, quick_backoff: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if wake == "stat":
-        monkeypatch.setattr(kombu_compat, "_inotify", lambda folder: None)
+        monkeypatch.setattr(kombu_compat, "_inotify", lambda folder, mask=0: None)
     url = f"sqla+sqlite:///{tmp_path / 'broker.db'}"
     got: list[float] = []
     polls: list[float] = []

@@ -31,10 +31,13 @@ def test_a_given_up_host_is_dead_until_it_heartbeats_anew(api_settings, database
     _host(database_url, "back", beat_age_s=1)
     assert _alive(database_url) == {"silent", "back"}  # the scheduler would place on both
 
-    assert hosts.give_up(engine, "silent", silent_s=15, stale_after_s=30)
-    assert not hosts.give_up(engine, "back", silent_s=15, stale_after_s=30)  # it beat meanwhile: left alone
+    assert hosts.give_up(engine, "silent", silent_s=15)
+    assert not hosts.give_up(engine, "back", silent_s=15)  # it beat meanwhile: left alone
     assert _alive(database_url) == {"back"}
     assert hosts.alive_names(engine, ["silent", "back"], 15) == {"back"}  # node 0's own peer check agrees
+    silent = next(h for h in hosts.read_all(engine, 30.0) if h.name == "silent")
+    age = (datetime.now(timezone.utc) - silent.heartbeat_at).total_seconds()
+    assert 15 < age < 25, age  # its last beat as it was ("last seen" true), not moved back past the threshold
 
     hosts.beat(api_settings(database_url=database_url, host_name="silent"))  # its worker comes back
     assert _alive(database_url) == {"silent", "back"}

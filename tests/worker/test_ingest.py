@@ -97,3 +97,22 @@ def test_partial_line_waits_and_checkpoints_recorded(database_url, tmp_path):
     ing.ingest(events)
     with Session(engine) as s:
         assert s.execute(select(func.count()).select_from(Checkpoint).where(Checkpoint.job_id == job_id)).scalar() == 1
+
+
+def test_system_samples_keyed_by_unix_milliseconds_fold_on_every_database(database_url):
+    """A system sample's step is its unix time in ms (worker/resources.py `sample_key`): far past int4, so
+    the rollups' bucket arithmetic must stay BIGINT (PostgreSQL bound small ints as int4 and overflowed)."""
+    from worker.ingest import Ingestor, TimedMetric
+    from worker.resources import sample_key
+
+    job_id = _job(database_url)
+    engine = get_engine(database_url)
+    now = 1_764_000_000.0
+    points = [
+        TimedMetric(type="metric", time=now + i, step=sample_key(now + i), name="sys/rss_mb_total", value=100.0 + i)
+        for i in range(5)
+    ]
+    assert Ingestor(engine, job_id).ingest_metrics(points) == 5
+    with Session(engine) as s:
+        steps = s.execute(select(MetricPoint.step).where(MetricPoint.job_id == job_id)).scalars().all()
+    assert sorted(steps) == [sample_key(now + i) for i in range(5)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sized
 from typing import Any, TypeGuard, cast
 
@@ -10,7 +11,7 @@ from torch.utils.data import Dataset, Subset
 
 from trainer.catalogue import DATA
 from trainer.data.confine import confine_from_env
-from trainer.data.download import download_failed_message, download_lock, missing_message
+from trainer.data.download import FETCHED_ENV, download_failed_message, download_lock, missing_message
 from trainer.spec import DataSpec, is_user_code
 from trainer.user_code import import_user_function
 
@@ -135,7 +136,9 @@ def _torchvision_split(cls_name: str, mean: tuple[float, ...], std: tuple[float,
         cls = getattr(tvd, cls_name)
         # Confined before torchvision touches (or, with download, creates) anything.
         root = confine_from_env(args["root"], "data.args.root")
-        download = bool(args["download"])
+        # Sandboxed, the worker fetched the files before the ranks started and the datasets dir is read-only
+        # here (trainer/data/prefetch.py): read them, never write.
+        download = bool(args["download"]) and os.environ.get(FETCHED_ENV) != "1"
         tf = _vision_transform(mean, std)
         if not download:
             try:

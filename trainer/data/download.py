@@ -20,6 +20,18 @@ from trainer.data.confine import ROOTS_ENV
 
 LOCK_NAME = ".rankzero-download.lock"
 
+# Sandboxed jobs see the datasets dir read-only: the worker downloads first (trainer/data/prefetch.py).
+FETCHED_ENV = "RANKZERO_DATA_FETCHED"  # "1": the worker fetched the built-in data set; the ranks read only
+
+
+def wants_download(spec: dict[str, Any]) -> bool:
+    """Does this spec ask for a built-in data set's download (`data.args.download: true`)? Torch-free."""
+    if spec.get("entrypoint"):
+        return False
+    data = spec.get("data")
+    args = data.get("args") if isinstance(data, dict) else None
+    return isinstance(args, dict) and args.get("download") is True
+
 
 @contextlib.contextmanager
 def download_lock(root: Path, what: str) -> Iterator[None]:

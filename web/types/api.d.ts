@@ -5,6 +5,87 @@
  */
 
 export interface paths {
+    "/api/artifacts/jobs/{job_id}/append/{path}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Append
+         * @description Append a chunk of a growing file at `offset` (bytes the API already holds are skipped).
+         */
+        post: operations["append_api_artifacts_jobs__job_id__append__path__post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/artifacts/jobs/{job_id}/files/{path}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Fetch File
+         * @description A stored file of job `job_id` (the API's runs dir first, then the configured store).
+         */
+        get: operations["fetch_file_api_artifacts_jobs__job_id__files__path__get"];
+        put?: never;
+        /**
+         * Upload File
+         * @description Keep a whole file of job `job_id` once its bytes match `X-Content-SHA256` (replacing any earlier copy).
+         */
+        post: operations["upload_file_api_artifacts_jobs__job_id__files__path__post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/artifacts/storage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Storage */
+        get: operations["storage_api_artifacts_storage_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/audit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Audit
+         * @description Events, newest first (page back with before_id = the last id seen).
+         */
+        get: operations["list_audit_api_audit_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/checkpoints/{checkpoint_id}/download": {
         parameters: {
             query?: never;
@@ -88,6 +169,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/code/{sha256}/left-out": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Put Left Out
+         * @description What `rankzero submit --code` left out of this bundle's upload (the ignore file and line of each), kept
+         *     beside it for the job page and the failure headlines (issue 27). The latest upload's record wins.
+         */
+        put: operations["put_left_out_api_code__sha256__left_out_put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/health": {
         parameters: {
             query?: never;
@@ -137,7 +239,7 @@ export interface paths {
         put?: never;
         /**
          * Drain Host
-         * @description Drain a host: nothing new is placed there, and its running jobs checkpoint and resume elsewhere
+         * @description Drain a host (admin): nothing new is placed there, and its running jobs checkpoint and resume elsewhere
          *     (within a few heartbeats). It stays drained, across worker restarts, until undrained.
          */
         post: operations["drain_host_api_hosts__name__drain_post"];
@@ -158,7 +260,7 @@ export interface paths {
         put?: never;
         /**
          * Undrain Host
-         * @description Give a drained host back to the scheduler.
+         * @description Give a drained host back to the scheduler (admin).
          */
         post: operations["undrain_host_api_hosts__name__undrain_post"];
         delete?: never;
@@ -176,13 +278,14 @@ export interface paths {
         };
         /**
          * List Jobs
-         * @description Jobs, newest first.
+         * @description Jobs, newest first. Archived jobs are hidden unless `archived=true`.
          */
         get: operations["list_jobs_api_jobs_get"];
         put?: never;
         /**
          * Submit Job
-         * @description Queue a training job. The body is a JobSpec (GET /api/schema/job-spec); unknown fields are refused.
+         * @description Queue a training job, owned by the caller. The body is a JobSpec (GET /api/schema/job-spec); unknown
+         *     fields are refused. Refused (422) when it could never fit the caller's quota, 429 past her queued quota.
          */
         post: operations["submit_job_api_jobs_post"];
         delete?: never;
@@ -202,14 +305,59 @@ export interface paths {
         get: operations["get_job_api_jobs__job_id__get"];
         put?: never;
         post?: never;
-        delete?: never;
+        /**
+         * Delete Job
+         * @description Delete an ended job: its row (timeline, metrics, checkpoints rows) and its run dir. Not undoable.
+         */
+        delete: operations["delete_job_api_jobs__job_id__delete"];
         options?: never;
         head?: never;
         /**
          * Change Priority
-         * @description Set a queued job's priority (higher first; -1000 … 1000). A started job keeps its place.
+         * @description Set a queued job's priority (higher first; -1000 … 1000). A started job keeps its place. Members
+         *     change their own jobs' only; admins any.
          */
         patch: operations["change_priority_api_jobs__job_id__patch"];
+        trace?: never;
+    };
+    "/api/jobs/{job_id}/annotations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Annotate Job
+         * @description Set the job's tags and/or note (only the fields sent change).
+         */
+        patch: operations["annotate_job_api_jobs__job_id__annotations_patch"];
+        trace?: never;
+    };
+    "/api/jobs/{job_id}/archive": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Archive Job
+         * @description Hide the job from the default list (GET /api/jobs?archived=true lists archived jobs).
+         */
+        post: operations["archive_job_api_jobs__job_id__archive_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/api/jobs/{job_id}/cancel": {
@@ -224,6 +372,7 @@ export interface paths {
         /**
          * Cancel Job
          * @description queued → cancelled at once; starting/running → cancelling (the worker stops the ranks); finished → 409.
+         *     Members cancel their own jobs; admins any (403 otherwise).
          */
         post: operations["cancel_job_api_jobs__job_id__cancel_post"];
         delete?: never;
@@ -241,6 +390,44 @@ export interface paths {
         };
         /** List Checkpoints */
         get: operations["list_checkpoints_api_jobs__job_id__checkpoints_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/jobs/{job_id}/console": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Console
+         * @description All ranks' stdout and stderr merged in time order (the newest `limit` bytes, or on from `cursor`).
+         *     The cost is bounded by `limit` and the number of logs (at most MAX_FILES are merged).
+         */
+        get: operations["get_console_api_jobs__job_id__console_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/jobs/{job_id}/environment": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get Environment */
+        get: operations["get_environment_api_jobs__job_id__environment_get"];
         put?: never;
         post?: never;
         delete?: never;
@@ -323,6 +510,66 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/jobs/{job_id}/outputs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Outputs
+         * @description The files job `job_id` wrote under its work dir (or that its `outputs` globs name), by path.
+         */
+        get: operations["list_outputs_api_jobs__job_id__outputs_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/jobs/{job_id}/outputs/archive": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Download Archive
+         * @description The outputs under `folder` as one archive, streamed as it is made (members named from the work dir).
+         */
+        get: operations["download_archive_api_jobs__job_id__outputs_archive_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/jobs/{job_id}/outputs/file": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Download Output
+         * @description One output file, its sha256 in X-Content-SHA256.
+         */
+        get: operations["download_output_api_jobs__job_id__outputs_file_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/jobs/{job_id}/stream": {
         parameters: {
             query?: never;
@@ -332,6 +579,43 @@ export interface paths {
         };
         /** Stream Job */
         get: operations["stream_job_api_jobs__job_id__stream_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/jobs/{job_id}/unarchive": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Unarchive Job */
+        post: operations["unarchive_job_api_jobs__job_id__unarchive_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/me": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Me
+         * @description Who the credentials are, and the quota in force.
+         */
+        get: operations["me_api_me_get"];
         put?: never;
         post?: never;
         delete?: never;
@@ -378,6 +662,236 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/slurm/nodes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Slurm Nodes
+         * @description The partitions and node states of every Slurm pool (docs/slurm.md), as its agent last saw them with
+         *     `sinfo`; empty when no pool is handed to Slurm. Bounded by the cluster's size, one indexed read.
+         */
+        get: operations["list_slurm_nodes_api_slurm_nodes_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/sweeps": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Sweeps
+         * @description The newest sweeps first (without their trials: GET /api/sweeps/{id}).
+         */
+        get: operations["list_sweeps_api_sweeps_get"];
+        put?: never;
+        /**
+         * Create Sweep
+         * @description Start a sweep: its first `parallel` trials are queued at the scheduler's next pass (at once).
+         */
+        post: operations["create_sweep_api_sweeps_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/sweeps/{sweep_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Sweep
+         * @description A sweep with its trials, best first, the best marked.
+         */
+        get: operations["get_sweep_api_sweeps__sweep_id__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/sweeps/{sweep_id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel Sweep
+         * @description Cancel the sweep and stop its queued and running trials (each checkpoints as a cancelled job does).
+         */
+        post: operations["cancel_sweep_api_sweeps__sweep_id__cancel_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/sweeps/{sweep_id}/extend-best": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Extend Best
+         * @description Resume the best trial from its newest checkpoint for longer: one new job (as `rankzero resume` makes).
+         */
+        post: operations["extend_best_api_sweeps__sweep_id__extend_best_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/sweeps/{sweep_id}/pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Pause Sweep
+         * @description Start no new trial (those running go on, and may still be pruned).
+         */
+        post: operations["pause_sweep_api_sweeps__sweep_id__pause_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/sweeps/{sweep_id}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resume Sweep
+         * @description Start trials again, up to `parallel` at once.
+         */
+        post: operations["resume_sweep_api_sweeps__sweep_id__resume_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/tokens/{token_id}/revoke": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Revoke Token
+         * @description Revoke a token: refused from now on, and every dashboard session opened with it ends.
+         */
+        post: operations["revoke_token_api_tokens__token_id__revoke_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/users": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List Users */
+        get: operations["list_users_api_users_get"];
+        put?: never;
+        /**
+         * Add User
+         * @description Add a user and her first token (shown once: hand it over privately).
+         */
+        post: operations["add_user_api_users_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/users/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Change User
+         * @description Set a user's role or quotas (only the fields sent; a quota sent as null: the member default).
+         */
+        patch: operations["change_user_api_users__name__patch"];
+        trace?: never;
+    };
+    "/api/users/{name}/tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Tokens
+         * @description A user's tokens, revoked ones included (never the tokens themselves). Admins, or the user herself.
+         */
+        get: operations["list_tokens_api_users__name__tokens_get"];
+        put?: never;
+        /**
+         * Add Token
+         * @description A new token (shown once). Admins, or a member for herself.
+         */
+        post: operations["add_token_api_users__name__tokens_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/metrics": {
         parameters: {
             query?: never;
@@ -402,6 +916,50 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /**
+         * AppendedLog
+         * @description How much of an appended file the API holds now: the next chunk starts there.
+         */
+        AppendedLog: {
+            /** Path */
+            path: string;
+            /** Size */
+            size: number;
+        };
+        /**
+         * ArtifactStorage
+         * @description Where this API keeps what workers upload: `disk` (its runs dir) or `s3` (an object store).
+         */
+        ArtifactStorage: {
+            /**
+             * Kind
+             * @enum {string}
+             */
+            kind: "disk" | "s3";
+            /**
+             * Where
+             * @description The folder or s3://bucket/prefix.
+             */
+            where: string;
+        };
+        /** AuditPublic */
+        AuditPublic: {
+            /** Action */
+            action: string;
+            /** Actor */
+            actor: string;
+            /**
+             * At
+             * Format: date-time
+             */
+            at: string;
+            /** Detail */
+            detail: string | null;
+            /** Id */
+            id: number;
+            /** Target */
+            target: string;
+        };
         /** CheckpointPublic */
         CheckpointPublic: {
             /** Bytes */
@@ -477,12 +1035,60 @@ export interface components {
             bytes: number;
             /** Files */
             files: number;
+            /**
+             * Left Out
+             * @default []
+             */
+            left_out: components["schemas"]["LeftOutFile"][];
             /** Paths */
             paths: components["schemas"]["CodeFile"][];
             /** Sha256 */
             sha256: string;
             /** Unpacked Bytes */
             unpacked_bytes: number;
+        };
+        /**
+         * ConsoleChunk
+         * @description Every rank's stdout and stderr merged in time order (core/console_log.py).
+         */
+        ConsoleChunk: {
+            /**
+             * Cursor
+             * @description Pass back as `cursor` to read on from here (follow).
+             */
+            cursor: string;
+            /** Lines */
+            lines: components["schemas"]["ConsoleLinePublic"][];
+            /**
+             * More Ranks
+             * @description True when the job has more logs than one merged view reads (see one rank).
+             */
+            more_ranks: boolean;
+            /**
+             * Ranks
+             * @description Ranks whose logs were merged.
+             */
+            ranks: number[];
+        };
+        /** ConsoleLinePublic */
+        ConsoleLinePublic: {
+            /** Rank */
+            rank: number;
+            /**
+             * Stream
+             * @enum {string}
+             */
+            stream: "stdout" | "stderr";
+            /**
+             * Text
+             * @description The line, without its newline.
+             */
+            text: string;
+            /**
+             * Time
+             * @description Unix time by which the line had been written (to within a worker tick).
+             */
+            time: number;
         };
         /** ConsoleMetricsSpec */
         ConsoleMetricsSpec: {
@@ -553,10 +1159,71 @@ export interface components {
              */
             note?: string | null;
         };
+        /**
+         * EarlyStopping
+         * @description Optuna's pruners on the reported metric: ASHA (successive halving) or Hyperband.
+         */
+        EarlyStopping: {
+            /**
+             * Max Steps
+             * @description Hyperband: a trial's full length in steps (default: max_steps).
+             */
+            max_steps?: number | null;
+            /**
+             * Method
+             * @description asha, or hyperband (several ASHA brackets).
+             * @default asha
+             * @enum {string}
+             */
+            method: "asha" | "hyperband";
+            /**
+             * Min Steps
+             * @description Steps a trial runs before it can be stopped (the first rung).
+             * @default 10
+             */
+            min_steps: number;
+            /**
+             * Reduction Factor
+             * @description Keep the best 1/reduction_factor at each rung.
+             * @default 2
+             */
+            reduction_factor: number;
+        };
+        /** EnvironmentPackage */
+        EnvironmentPackage: {
+            /** Name */
+            name: string;
+            /** Version */
+            version: string;
+        };
+        /**
+         * EnvironmentSpec
+         * @description The job's own Python packages, built once per host into an environment layered over the service's.
+         */
+        EnvironmentSpec: {
+            /**
+             * Packages
+             * @description Requirements as pip reads them, e.g. ['einops', 'timm==1.0.9'] (no options or URLs).
+             */
+            packages?: string[];
+            /**
+             * Requirements
+             * @description A requirements.txt or pyproject.toml inside the `code` bundle (a relative path), resolved once for the job into a lock every node and restart installs.
+             */
+            requirements?: string | null;
+        };
         /** ErrorDetail */
         ErrorDetail: {
             /** Detail */
             detail: string;
+        };
+        /** Extend */
+        Extend: {
+            /**
+             * Max Steps
+             * @description Train to this step (default: twice as long).
+             */
+            max_steps?: number | null;
         };
         /** HTTPValidationError */
         HTTPValidationError: {
@@ -620,11 +1287,46 @@ export interface components {
             name: string;
             /** Pool */
             pool: string;
+            /**
+             * Storage
+             * @default unknown
+             * @enum {string}
+             */
+            storage: "shared" | "store" | "unknown";
+            /**
+             * Storage Note
+             * @default
+             */
+            storage_note: string;
+        };
+        /**
+         * JobAnnotations
+         * @description Tags and note of a job; only the fields sent change.
+         */
+        JobAnnotations: {
+            /** Note */
+            note?: string | null;
+            /**
+             * Tags
+             * @description At most 20, each ^[A-Za-z0-9._:-]{1,40}$.
+             */
+            tags?: string[] | null;
         };
         /** JobDetail */
         JobDetail: {
+            /**
+             * Archived
+             * @description Hidden from the default list (GET /api/jobs?archived=true shows it).
+             * @default false
+             */
+            archived: boolean;
             /** Attempt */
             attempt: number;
+            /**
+             * Backend Job Id
+             * @description The Slurm job id of a job of a Slurm pool (worker_host: 'slurm:<pool>'); null otherwise.
+             */
+            backend_job_id?: string | null;
             /**
              * Code Bytes
              * @description The job's code bundle (spec `code`), compressed; its files: GET /api/code/{sha256}/files.
@@ -640,8 +1342,11 @@ export interface components {
              * Format: date-time
              */
             created_at: string;
-            /** Epoch */
-            epoch: number;
+            /**
+             * Epoch
+             * @description The epoch; null: a script job that never reported one.
+             */
+            epoch: number | null;
             /** Error */
             error: string | null;
             /** Eta S */
@@ -667,6 +1372,21 @@ export interface components {
             /** Name */
             name: string;
             /**
+             * Note
+             * @description Free text about the run.
+             */
+            note?: string | null;
+            /**
+             * Owner
+             * @description The name of the user who submitted it.
+             */
+            owner?: string | null;
+            /**
+             * Owner Id
+             * @description The id of the user who submitted it.
+             */
+            owner_id?: number | null;
+            /**
              * Pending Reason
              * @description Why a queued job waits (the scheduler's words).
              */
@@ -684,8 +1404,11 @@ export interface components {
              * @default 0
              */
             restarts_used: number;
-            /** Samples */
-            samples: number;
+            /**
+             * Samples
+             * @description Samples seen by all ranks; null: a script job that never reported them.
+             */
+            samples: number | null;
             /** Samples Per S */
             samples_per_s: number | null;
             /** Spec */
@@ -695,16 +1418,58 @@ export interface components {
             /** Started At */
             started_at: string | null;
             status: components["schemas"]["JobStatus"];
-            /** Step */
-            step: number;
+            /**
+             * Step
+             * @description Optimizer steps done; null: a script job that never reported one.
+             */
+            step: number | null;
             /** Strategy */
             strategy: string;
+            /**
+             * Tags
+             * @description Labels to filter by (GET /api/jobs?tag=).
+             */
+            tags?: string[];
             /** Total Steps */
             total_steps: number | null;
             /** Transitions */
             transitions: components["schemas"]["TransitionPublic"][];
             /** Worker Host */
             worker_host: string | null;
+        };
+        /**
+         * JobEnvironmentPublic
+         * @description A job's own Python packages: the lock its first build resolved (every node, restart and resume installs
+         *     it), how the last preparation went, and the tail of uv's output.
+         */
+        JobEnvironmentPublic: {
+            /** Cached */
+            cached: boolean;
+            /** Error */
+            error: string | null;
+            /** Job Id */
+            job_id: number;
+            /** Log Tail */
+            log_tail: string;
+            /** Own Torch */
+            own_torch: boolean;
+            /** Packages */
+            packages: components["schemas"]["EnvironmentPackage"][];
+            /** Prepare S */
+            prepare_s: number | null;
+            /** Python */
+            python: string | null;
+            /** Resolved At */
+            resolved_at: string | null;
+            /** Size Bytes */
+            size_bytes: number | null;
+            /**
+             * State
+             * @enum {string}
+             */
+            state: "resolving" | "building" | "ready" | "failed";
+            /** Torch */
+            torch: string | null;
         };
         /** JobPage */
         JobPage: {
@@ -740,15 +1505,29 @@ export interface components {
         };
         /** JobPublic */
         JobPublic: {
+            /**
+             * Archived
+             * @description Hidden from the default list (GET /api/jobs?archived=true shows it).
+             * @default false
+             */
+            archived: boolean;
             /** Attempt */
             attempt: number;
+            /**
+             * Backend Job Id
+             * @description The Slurm job id of a job of a Slurm pool (worker_host: 'slurm:<pool>'); null otherwise.
+             */
+            backend_job_id?: string | null;
             /**
              * Created At
              * Format: date-time
              */
             created_at: string;
-            /** Epoch */
-            epoch: number;
+            /**
+             * Epoch
+             * @description The epoch; null: a script job that never reported one.
+             */
+            epoch: number | null;
             /** Error */
             error: string | null;
             /** Eta S */
@@ -774,6 +1553,21 @@ export interface components {
             /** Name */
             name: string;
             /**
+             * Note
+             * @description Free text about the run.
+             */
+            note?: string | null;
+            /**
+             * Owner
+             * @description The name of the user who submitted it.
+             */
+            owner?: string | null;
+            /**
+             * Owner Id
+             * @description The id of the user who submitted it.
+             */
+            owner_id?: number | null;
+            /**
              * Pending Reason
              * @description Why a queued job waits (the scheduler's words).
              */
@@ -791,8 +1585,11 @@ export interface components {
              * @default 0
              */
             restarts_used: number;
-            /** Samples */
-            samples: number;
+            /**
+             * Samples
+             * @description Samples seen by all ranks; null: a script job that never reported them.
+             */
+            samples: number | null;
             /** Samples Per S */
             samples_per_s: number | null;
             /** Spec */
@@ -802,10 +1599,18 @@ export interface components {
             /** Started At */
             started_at: string | null;
             status: components["schemas"]["JobStatus"];
-            /** Step */
-            step: number;
+            /**
+             * Step
+             * @description Optimizer steps done; null: a script job that never reported one.
+             */
+            step: number | null;
             /** Strategy */
             strategy: string;
+            /**
+             * Tags
+             * @description Labels to filter by (GET /api/jobs?tag=).
+             */
+            tags?: string[];
             /** Total Steps */
             total_steps: number | null;
             /** Worker Host */
@@ -851,10 +1656,17 @@ export interface components {
              */
             device: "auto" | "cpu" | "cuda";
             /**
+             * Disk Limit Mb
+             * @description Stop the job (its ranks save a checkpoint) and fail it when its run dir grows past this many MiB (default: the server's RANKZERO_JOB_DISK_LIMIT_MB).
+             */
+            disk_limit_mb?: number | null;
+            /**
              * Entrypoint
              * @description Run your own script instead of the built-in trainer: 'train.py --epochs 3' or '-m pkg.main --lr 0.1' (a path or module inside the `code` bundle, then its arguments; parsed like a shell, no shell runs). It runs as `torchrun --nproc-per-node N <entrypoint>` in the bundle; needs `code`.
              */
             entrypoint?: string | null;
+            /** @description Python packages the job imports beyond the service's: a requirements file in the bundle and/or a list; built once per host into a cached environment (docs/your-code.md 'Bring your own packages'). */
+            environment?: components["schemas"]["EnvironmentSpec"] | null;
             /**
              * Epochs
              * @description Epochs to train (one of epochs / max_steps, or both: the first reached ends the run).
@@ -885,6 +1697,11 @@ export interface components {
              */
             max_restarts: number;
             /**
+             * Max Runtime S
+             * @description Stop the job (its ranks save a checkpoint) and fail it once it has been running this many seconds since its first start (all attempts).
+             */
+            max_runtime_s?: number | null;
+            /**
              * Max Steps
              * @description Optimizer steps to train.
              */
@@ -896,7 +1713,7 @@ export interface components {
             memory_limit_mb?: number | null;
             /**
              * Min Nproc
-             * @description Elastic fit: start on fewer ranks (at least this many) when fewer are free, with accumulation_steps raised so the global batch, and the weights, stay exactly the same. One host only.
+             * @description Elastic fit: start on fewer ranks (at least this many) when fewer are free, with accumulation_steps raised so the global batch stays the same and the weights match up to float rounding (the same sums in another order). One host only.
              */
             min_nproc?: number | null;
             model?: components["schemas"]["ModelSpec"];
@@ -920,6 +1737,18 @@ export interface components {
             nproc: number;
             optimizer?: components["schemas"]["OptimizerSpec"];
             /**
+             * Outputs
+             * @description Which files under the job's work dir are its outputs (listed with size and sha256, downloadable): globs relative to the work dir, `*` matching across folders ('plots/*.png', '*.onnx'); empty: every file the job writes there.
+             */
+            outputs?: string[];
+            /**
+             * Params
+             * @description Named hyperparameters (sweeps): shown as their own fields; `${params.NAME}` in `entrypoint` is replaced by the value at submit, and a script reads them all with `rankzero.params()`.
+             */
+            params?: {
+                [key: string]: string | boolean | number;
+            };
+            /**
              * Precision
              * @description fp32; bf16 autocast; fp16 autocast with GradScaler (CUDA only).
              * @default fp32
@@ -940,7 +1769,7 @@ export interface components {
             priority: number;
             /**
              * Resume From
-             * @description Checkpoint file to resume from (the service only allows paths inside its runs dir).
+             * @description Checkpoint file to resume from (the service only allows paths inside its runs dir); a script job gets it from rankzero.load_checkpoint() until it saves its own.
              */
             resume_from?: string | null;
             scheduler?: components["schemas"]["SchedulerSpec"];
@@ -974,6 +1803,32 @@ export interface components {
          * @enum {string}
          */
         JobStatus: "queued" | "starting" | "running" | "cancelling" | "succeeded" | "failed" | "cancelled";
+        /**
+         * LeftOutFile
+         * @description A path `rankzero submit --code` left out of the upload, and the ignore file line that did (issue 27).
+         */
+        LeftOutFile: {
+            /** Bytes */
+            bytes: number;
+            /** Files */
+            files: number;
+            /** Ignore File */
+            ignore_file: string;
+            /** Line */
+            line: number;
+            /** Path */
+            path: string;
+            /** Pattern */
+            pattern: string;
+        };
+        /**
+         * LeftOutRecord
+         * @description PUT /api/code/{sha256}/left-out's answer: how many entries were kept.
+         */
+        LeftOutRecord: {
+            /** Entries */
+            entries: number;
+        };
         /** LogChunk */
         LogChunk: {
             /**
@@ -1003,6 +1858,31 @@ export interface components {
              * @default cross_entropy
              */
             name: string;
+        };
+        /** Me */
+        Me: {
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Id */
+            id: number;
+            /** Max Cpu Slots */
+            max_cpu_slots: number | null;
+            /** Max Gpus */
+            max_gpus: number | null;
+            /** Max Queued */
+            max_queued: number | null;
+            /** Name */
+            name: string;
+            /** @description The limits in force (null for an admin: none). */
+            quota: components["schemas"]["QuotaPublic"] | null;
+            /**
+             * Role
+             * @enum {string}
+             */
+            role: "viewer" | "member" | "admin";
         };
         /**
          * Meta
@@ -1060,6 +1940,29 @@ export interface components {
              * @default mlp
              */
             name: string;
+        };
+        /** NewToken */
+        NewToken: {
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Id */
+            id: number;
+            /** Last Used At */
+            last_used_at: string | null;
+            /** Name */
+            name: string;
+            /** Revoked At */
+            revoked_at: string | null;
+            /**
+             * Token
+             * @description The token itself: shown this once, stored only as a hash.
+             */
+            token: string;
+            /** User */
+            user: string;
         };
         /** NotificationPublic */
         NotificationPublic: {
@@ -1141,6 +2044,73 @@ export interface components {
              */
             weight_decay: number;
         };
+        /** OutputFile */
+        OutputFile: {
+            /** Bytes */
+            bytes: number;
+            /**
+             * Path
+             * @description Relative to the job's work dir (download it with GET .../outputs/file?path=).
+             */
+            path: string;
+            /**
+             * Sha256
+             * @description sha256 of its bytes (None only when the store recorded none).
+             */
+            sha256: string | null;
+        };
+        /** OutputList */
+        OutputList: {
+            /** Files */
+            files: components["schemas"]["OutputFile"][];
+            /** Job Id */
+            job_id: number;
+            /**
+             * Patterns
+             * @description The spec's `outputs` globs ([]: every file under the work dir).
+             */
+            patterns: string[];
+            /**
+             * Truncated
+             * @description More files than RANKZERO_OUTPUTS_MAX_FILES: the list stops there.
+             */
+            truncated: boolean;
+        };
+        /**
+         * Parameter
+         * @description One dimension of the space: exactly one of choice, uniform, log_uniform, int.
+         */
+        Parameter: {
+            /**
+             * Choice
+             * @description Values to try.
+             */
+            choice?: (string | boolean | number)[] | null;
+            /**
+             * Int
+             * @description [low, high]: an integer, both ends included.
+             */
+            int?: [
+                number,
+                number
+            ] | null;
+            /**
+             * Log Uniform
+             * @description [low, high], both > 0: a float drawn uniformly in log space (learning rates).
+             */
+            log_uniform?: [
+                number,
+                number
+            ] | null;
+            /**
+             * Uniform
+             * @description [low, high]: a float drawn uniformly.
+             */
+            uniform?: [
+                number,
+                number
+            ] | null;
+        };
         /**
          * PlacedNode
          * @description One node of a placed job: the host it runs on and what it holds there.
@@ -1190,6 +2160,24 @@ export interface components {
              * @description Higher runs first.
              */
             priority: number;
+        };
+        /** QuotaPublic */
+        QuotaPublic: {
+            /**
+             * Max Cpu Slots
+             * @description Most CPU rank slots her jobs hold at once.
+             */
+            max_cpu_slots: number;
+            /**
+             * Max Gpus
+             * @description Most GPUs her jobs hold at once.
+             */
+            max_gpus: number;
+            /**
+             * Max Queued
+             * @description Most jobs she has queued at once.
+             */
+            max_queued: number;
         };
         /** SchedulerSpec */
         SchedulerSpec: {
@@ -1254,6 +2242,40 @@ export interface components {
             metric_points: components["schemas"]["PointsLimit"];
         };
         /**
+         * SlurmNodePublic
+         * @description A node of a Slurm pool's cluster, as `sinfo` last showed it (`rankzero slurm-agent` refreshes it).
+         */
+        SlurmNodePublic: {
+            /** Cpus */
+            cpus: string;
+            /**
+             * Gres
+             * @description Generic resources, e.g. gpu:a100:4 ('(null)': none).
+             */
+            gres: string;
+            /** Node */
+            node: string;
+            /** Partition */
+            partition: string;
+            /** Pool */
+            pool: string;
+            /**
+             * Reason
+             * @description Why it is drained or down, as Slurm says.
+             */
+            reason?: string | null;
+            /**
+             * Seen At
+             * Format: date-time
+             */
+            seen_at: string;
+            /**
+             * State
+             * @description Slurm's node state: idle, mixed, allocated, drained, down, ...
+             */
+            state: string;
+        };
+        /**
          * StateSets
          * @description Job states by what they mean, each in lifecycle order (core/job_state.py is their one home).
          */
@@ -1284,6 +2306,204 @@ export interface components {
              */
             terminal: components["schemas"]["JobStatus"][];
         };
+        /**
+         * StoredFile
+         * @description A file the store now holds, as verified on arrival.
+         */
+        StoredFile: {
+            /** Bytes */
+            bytes: number;
+            /**
+             * Path
+             * @description Relative to the job's run dir.
+             */
+            path: string;
+            /** Sha256 */
+            sha256: string;
+        };
+        /** SweepDetail */
+        SweepDetail: {
+            /** Best Job Id */
+            best_job_id: number | null;
+            /** Best Value */
+            best_value: number | null;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Finished At */
+            finished_at: string | null;
+            /** Goal */
+            goal: string;
+            /** Id */
+            id: number;
+            /** Method */
+            method: string;
+            /** Metric */
+            metric: string;
+            /** Name */
+            name: string;
+            /** Note */
+            note: string | null;
+            /** Parallel */
+            parallel: number;
+            /**
+             * Parameters
+             * @description The swept parameters, in the order of the spec (the table's columns).
+             */
+            parameters: string[];
+            /** Spec */
+            spec: {
+                [key: string]: unknown;
+            };
+            /**
+             * Status
+             * @description running, paused, cancelled or finished.
+             */
+            status: string;
+            /**
+             * Trials
+             * @description Best first (by the final metric); trials without a value last.
+             */
+            trials: components["schemas"]["TrialPublic"][];
+            /**
+             * Trials Total
+             * @description How many trials the sweep makes at most (a grid: its size at most).
+             */
+            trials_total: number;
+        };
+        /** SweepPage */
+        SweepPage: {
+            /** Sweeps */
+            sweeps: components["schemas"]["SweepPublic"][];
+        };
+        /** SweepPublic */
+        SweepPublic: {
+            /** Best Job Id */
+            best_job_id: number | null;
+            /** Best Value */
+            best_value: number | null;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Finished At */
+            finished_at: string | null;
+            /** Goal */
+            goal: string;
+            /** Id */
+            id: number;
+            /** Method */
+            method: string;
+            /** Metric */
+            metric: string;
+            /** Name */
+            name: string;
+            /** Note */
+            note: string | null;
+            /** Parallel */
+            parallel: number;
+            /**
+             * Status
+             * @description running, paused, cancelled or finished.
+             */
+            status: string;
+            /**
+             * Trials Total
+             * @description How many trials the sweep makes at most (a grid: its size at most).
+             */
+            trials_total: number;
+        };
+        /**
+         * SweepSpec
+         * @description A hyperparameter search (POST /api/sweeps, `rankzero sweep FILE`).
+         */
+        SweepSpec: {
+            /** @description Stop trials that fall behind (null: never). */
+            early_stopping?: components["schemas"]["EarlyStopping"] | null;
+            /**
+             * Goal
+             * @default minimize
+             * @enum {string}
+             */
+            goal: "minimize" | "maximize";
+            /**
+             * Job
+             * @description The base job spec every trial starts from (see `rankzero schema`).
+             */
+            job: {
+                [key: string]: unknown;
+            };
+            /**
+             * Method
+             * @description grid (every combination of choices), random, or bayesian (Optuna's TPE).
+             * @default random
+             * @enum {string}
+             */
+            method: "grid" | "random" | "bayesian";
+            /**
+             * Metric
+             * @description The reported metric the sweep judges by.
+             * @default val/loss
+             */
+            metric: string;
+            /**
+             * Name
+             * @description The sweep's name; trials are NAME-t<number>.
+             * @default sweep
+             */
+            name: string;
+            /**
+             * Parallel
+             * @description How many trials are queued or running at once.
+             * @default 2
+             */
+            parallel: number;
+            /**
+             * Parameters
+             * @description Spec fields to vary, by dotted path ('optimizer.lr', 'batch_size', 'params.lr').
+             */
+            parameters: {
+                [key: string]: components["schemas"]["Parameter"];
+            };
+            /**
+             * Seed
+             * @description Seed of the sampler: the same rows give the same choices.
+             * @default 0
+             */
+            seed: number;
+            /**
+             * Trials
+             * @description How many trials at most (a grid: its size at most).
+             * @default 8
+             */
+            trials: number;
+        };
+        /** TokenCreate */
+        TokenCreate: {
+            /** Name */
+            name: string;
+        };
+        /** TokenPublic */
+        TokenPublic: {
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Id */
+            id: number;
+            /** Last Used At */
+            last_used_at: string | null;
+            /** Name */
+            name: string;
+            /** Revoked At */
+            revoked_at: string | null;
+            /** User */
+            user: string;
+        };
         /** TransitionPublic */
         TransitionPublic: {
             /**
@@ -1296,6 +2516,104 @@ export interface components {
             /** Detail */
             detail: string | null;
             status: components["schemas"]["JobStatus"];
+        };
+        /** TrialPublic */
+        TrialPublic: {
+            /**
+             * Best
+             * @description The metric's best value over the trial's steps.
+             */
+            best: number | null;
+            /**
+             * Final
+             * @description The metric at the trial's last reported step (the objective).
+             */
+            final: number | null;
+            /** Is Best */
+            is_best: boolean;
+            /** Job Id */
+            job_id: number;
+            /** Job Status */
+            job_status: string;
+            /** Name */
+            name: string;
+            /** Number */
+            number: number;
+            /** Params */
+            params: {
+                [key: string]: unknown;
+            };
+            /** Pruned Step */
+            pruned_step: number | null;
+            /**
+             * Status
+             * @description The job's status, or 'pruned' for a trial the sweep stopped early.
+             */
+            status: string;
+            /** Step */
+            step: number;
+        };
+        /**
+         * UserChange
+         * @description Only the fields sent change; a quota sent as null goes back to the member default.
+         */
+        UserChange: {
+            /** Max Cpu Slots */
+            max_cpu_slots?: number | null;
+            /** Max Gpus */
+            max_gpus?: number | null;
+            /** Max Queued */
+            max_queued?: number | null;
+            /** Role */
+            role?: ("viewer" | "member" | "admin") | null;
+        };
+        /** UserCreate */
+        UserCreate: {
+            /**
+             * Name
+             * @description Lowercase letters, digits, '.', '_', '-'.
+             */
+            name: string;
+            /**
+             * Role
+             * @default member
+             * @enum {string}
+             */
+            role: "viewer" | "member" | "admin";
+            /**
+             * Token Name
+             * @description Name of her first token.
+             * @default default
+             */
+            token_name: string;
+        };
+        /** UserCreated */
+        UserCreated: {
+            token: components["schemas"]["NewToken"];
+            user: components["schemas"]["UserPublic"];
+        };
+        /** UserPublic */
+        UserPublic: {
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Id */
+            id: number;
+            /** Max Cpu Slots */
+            max_cpu_slots: number | null;
+            /** Max Gpus */
+            max_gpus: number | null;
+            /** Max Queued */
+            max_queued: number | null;
+            /** Name */
+            name: string;
+            /**
+             * Role
+             * @enum {string}
+             */
+            role: "viewer" | "member" | "admin";
         };
         /** ValidationError */
         ValidationError: {
@@ -1319,6 +2637,220 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    append_api_artifacts_jobs__job_id__append__path__post: {
+        parameters: {
+            query: {
+                /** @description Where the chunk starts in the file. */
+                offset: number;
+            };
+            header?: never;
+            path: {
+                /** @description Job id. */
+                job_id: number;
+                /** @description Path inside the job's run dir. */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AppendedLog"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    fetch_file_api_artifacts_jobs__job_id__files__path__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Job id. */
+                job_id: number;
+                /** @description Path inside the job's run dir. */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": unknown;
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    upload_file_api_artifacts_jobs__job_id__files__path__post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Job id. */
+                job_id: number;
+                /** @description Path inside the job's run dir. */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StoredFile"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    storage_api_artifacts_storage_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ArtifactStorage"];
+                };
+            };
+        };
+    };
+    list_audit_api_audit_get: {
+        parameters: {
+            query?: {
+                limit?: number;
+                /** @description Older than this event (paging). */
+                before_id?: number | null;
+                action?: string | null;
+                actor?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditPublic"][];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     download_checkpoint_api_checkpoints__checkpoint_id__download_get: {
         parameters: {
             query?: never;
@@ -1540,6 +3072,56 @@ export interface operations {
             };
         };
     };
+    put_left_out_api_code__sha256__left_out_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The bundle's sha256 (64 lowercase hex digits). */
+                sha256: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LeftOutRecord"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
     health_api_health_get: {
         parameters: {
             query?: never;
@@ -1684,6 +3266,14 @@ export interface operations {
                 name?: string | null;
                 limit?: number;
                 offset?: number;
+                /** @description Only this user's jobs. */
+                owner?: string | null;
+                /** @description Only the caller's jobs. */
+                mine?: boolean;
+                /** @description Archived jobs only (true), or all (omit: archived are hidden unless false). */
+                archived?: boolean | null;
+                /** @description Only jobs with this tag. */
+                tag?: string | null;
             };
             header?: never;
             path?: never;
@@ -1809,6 +3399,54 @@ export interface operations {
             };
         };
     };
+    delete_job_api_jobs__job_id__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Job id. */
+                job_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     change_priority_api_jobs__job_id__patch: {
         parameters: {
             query?: never;
@@ -1840,6 +3478,92 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    annotate_job_api_jobs__job_id__annotations_patch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Job id. */
+                job_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["JobAnnotations"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobPublic"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    archive_job_api_jobs__job_id__archive_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Job id. */
+                job_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobPublic"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
             };
             /** @description Validation Error */
             422: {
@@ -1921,6 +3645,97 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["CheckpointPublic"][];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    get_console_api_jobs__job_id__console_get: {
+        parameters: {
+            query?: {
+                /** @description The cursor of the previous read (follow). */
+                cursor?: string | null;
+                /** @description Most log bytes read, over all the files. */
+                limit?: number;
+                /** @description Only lines containing this (case-insensitive). */
+                q?: string;
+                /** @description This attempt's logs (default: the newest of each rank). */
+                attempt?: number | null;
+            };
+            header?: never;
+            path: {
+                /** @description Job id. */
+                job_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConsoleChunk"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
+    get_environment_api_jobs__job_id__environment_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Job id. */
+                job_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobEnvironmentPublic"];
                 };
             };
             /** @description Not Found */
@@ -2130,6 +3945,147 @@ export interface operations {
             };
         };
     };
+    list_outputs_api_jobs__job_id__outputs_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Job id. */
+                job_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OutputList"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    download_archive_api_jobs__job_id__outputs_archive_get: {
+        parameters: {
+            query?: {
+                /** @description A folder of the work dir ('': all). */
+                folder?: string;
+                /** @description tar (uncompressed) or zip (stored). */
+                format?: "tar" | "zip";
+            };
+            header?: never;
+            path: {
+                /** @description Job id. */
+                job_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-tar": unknown;
+                    "application/zip": unknown;
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    download_output_api_jobs__job_id__outputs_file_get: {
+        parameters: {
+            query: {
+                /** @description Path in the work dir. */
+                path: string;
+            };
+            header?: never;
+            path: {
+                /** @description Job id. */
+                job_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": unknown;
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     stream_job_api_jobs__job_id__stream_get: {
         parameters: {
             query?: {
@@ -2176,6 +4132,67 @@ export interface operations {
             };
         };
     };
+    unarchive_job_api_jobs__job_id__unarchive_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Job id. */
+                job_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobPublic"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    me_api_me_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Me"];
+                };
+            };
+        };
+    };
     meta_api_meta_get: {
         parameters: {
             query?: never;
@@ -2214,6 +4231,517 @@ export interface operations {
                     "application/json": {
                         [key: string]: unknown;
                     };
+                };
+            };
+        };
+    };
+    list_slurm_nodes_api_slurm_nodes_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SlurmNodePublic"][];
+                };
+            };
+        };
+    };
+    list_sweeps_api_sweeps_get: {
+        parameters: {
+            query?: {
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepPage"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    create_sweep_api_sweeps_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SweepSpec"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepPublic"];
+                };
+            };
+            /** @description The sweep, or one of its corner trials, is invalid or refused. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    get_sweep_api_sweeps__sweep_id__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sweep_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepDetail"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    cancel_sweep_api_sweeps__sweep_id__cancel_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sweep_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepPublic"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    extend_best_api_sweeps__sweep_id__extend_best_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sweep_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Extend"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobPublic"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    pause_sweep_api_sweeps__sweep_id__pause_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sweep_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepPublic"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    resume_sweep_api_sweeps__sweep_id__resume_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sweep_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepPublic"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    revoke_token_api_tokens__token_id__revoke_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Token id (GET /api/users/{name}/tokens). */
+                token_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TokenPublic"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    list_users_api_users_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UserPublic"][];
+                };
+            };
+        };
+    };
+    add_user_api_users_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UserCreate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UserCreated"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    change_user_api_users__name__patch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The user's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UserChange"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UserPublic"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    list_tokens_api_users__name__tokens_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The user's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TokenPublic"][];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    add_token_api_users__name__tokens_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The user's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TokenCreate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NewToken"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
         };

@@ -69,7 +69,9 @@ function row(host) {
     : h("span", { class: "muted" }, "idle");
   return h("tr", { class: `host-${state}`, dataset: { host: host.name } },
     h("td", { class: "host-name", dataset: { label: "Host" } }, h("strong", {}, host.name),
-      h("span", { class: "muted host-addr" }, ` ${host.address} · pool ${host.pool}`)),
+      h("span", { class: "muted host-addr" }, ` ${host.address} · pool ${host.pool}`),
+      // Where its jobs' files go (docs/storage.md): the API's runs dir, or uploaded to the artifact store.
+      h("p", { class: "muted host-storage", dataset: { storage: host.storage || "unknown" } }, host.storage_note || "")),
     stateCell(host, state, why),
     h("td", { dataset: { label: "GPUs" } }, gpuCells(host)),
     h("td", { class: "num", dataset: { label: "Slots" } }, `${used} / ${host.cpu_slots} used`),
@@ -98,10 +100,50 @@ function render(hosts) {
   $("#hosts-table").dataset.loaded = "true";
 }
 
+// A Slurm pool (docs/slurm.md): rankzero places nothing there; its partitions and node states, as the pool's
+// agent last saw them with `sinfo` (GET /api/slurm/nodes), in a section of their own after the hosts.
+/** @typedef {import("../../types/api").components["schemas"]["SlurmNodePublic"]} SlurmNodePublic */
+
+/** @param {SlurmNodePublic[]} nodes */
+function renderSlurm(nodes) {
+  let section = document.getElementById("slurm-nodes");
+  if (!nodes.length) {
+    if (section) section.remove();
+    return;
+  }
+  if (!section) {
+    section = h("section", { id: "slurm-nodes", class: "card" });
+    $("#hosts-wrap").after(section);
+  }
+  const byPartition = new Map();
+  for (const n of nodes) {
+    const key = `${n.pool} · partition ${n.partition}`;
+    byPartition.set(key, [...(byPartition.get(key) || []), n]);
+  }
+  section.replaceChildren(
+    h("h2", {}, "Slurm"),
+    h("p", { class: "muted" }, "Jobs of a Slurm pool are handed to Slurm, which places them; node states as sinfo showed them."),
+    ...[...byPartition].map(([key, list]) => h("div", { class: "slurm-partition" },
+      h("h3", {}, key),
+      h("ul", { class: "slurm-node-list" }, ...list.map((n) => h("li", { dataset: { node: n.node, state: n.state } },
+        h("strong", {}, n.node), " ",
+        h("span", { class: `badge badge-slurm-${n.state.replace(/[^a-z]/g, "")}` }, n.state),
+        h("span", { class: "muted" }, ` ${n.cpus} CPUs${n.gres && n.gres !== "(null)" ? ` · ${n.gres}` : ""}${n.reason ? ` · ${n.reason}` : ""}`)))))));
+}
+
+async function refreshSlurm() {
+  try {
+    renderSlurm(await api("/slurm/nodes"));
+  } catch {
+    renderSlurm([]); // an older server, or none: no section
+  }
+}
+
 async function refresh() {
   clearTimeout(timer);
   try {
     render(await api("/hosts"));
+    await refreshSlurm();
     setText($("#hosts-state"), "");
   } catch (err) {
     if (err instanceof ApiError && err.status === 404) {

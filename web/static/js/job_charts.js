@@ -7,6 +7,9 @@
 // Only series that exist get a chart: a job with none shows one sentence, not empty cards.
 // A series the server read from a script's printed output (source "console") says so in its legend,
 // and in its chart's title when every series there came from the console.
+// System series (sys/…) are sampled every heartbeat whatever the job reports; their `step` is the sample's
+// unix time in milliseconds (worker/resources.py), drawn on wall-clock time since the first sample, so
+// a script that reports no step still gets one point per heartbeat. They zoom on their own.
 import { api } from "./api.js";
 import { h, setText } from "./dom.js";
 import { LineChart, seriesStyle } from "./charts.js";
@@ -31,6 +34,11 @@ export function groupOf(name) {
   if (first === "train" || first === "val" || name === "lr") return "train";
   if (first === "sys" || first === "throughput") return first;
   return first || "other";
+}
+
+/** Series drawn on wall-clock time (their points' `step` is unix milliseconds). */
+export function onWallClock(name) {
+  return groupOf(name) === "sys";
 }
 
 function groupRank(group) {
@@ -65,6 +73,14 @@ export class MetricPanel {
     this.forcedLog = null; // null: each chart's own choice (auto until its box is used); true: all log
     this.zoomed = null;
     this.fromConsole = new Set(); // names of series read from the console (a series' source does not change)
+    this.timeOrigin = null; // unix ms of the first system sample: the wall-clock charts' 0
+  }
+
+  /** x of a point: its step, or (a system series) seconds since the first system sample. */
+  xOf(name, step) {
+    if (!onWallClock(name)) return step;
+    if (this.timeOrigin === null) this.timeOrigin = step;
+    return (step - this.timeOrigin) / 1000;
   }
 
   async fetch(range, names = null) {
@@ -76,9 +92,14 @@ export class MetricPanel {
     const body = await api(`/jobs/${this.jobId}/metrics`, { query });
     const out = new Map();
     for (const s of body.series || []) {
+      if (onWallClock(s.name) && s.points.length && (this.timeOrigin === null || s.points[0].step < this.timeOrigin)) {
+        this.timeOrigin = s.points[0].step;
+      }
+    }
+    for (const s of body.series || []) {
       if (s.source === "console") this.fromConsole.add(s.name);
       out.set(s.name, {
-        xs: s.points.map((p) => p.step),
+        xs: s.points.map((p) => this.xOf(s.name, p.step)),
         ys: s.points.map((p) => p.value),
         total: s.total_points,
         downsampled: s.downsampled,
@@ -186,15 +207,17 @@ export class MetricPanel {
         h("label", { class: "check chart-log" }, logBox, " log")),
       h("div", { class: "plot" }));
     this.gridFor(group).append(figure);
+    const wallClock = group === "sys";
     const chart = new LineChart(figure, {
       series: this.seriesOf(names),
-      x: "step",
+      x: wallClock ? "time" : "step",
       yLabel: key.split("/").pop(),
-      syncKey: `job-${this.jobId}`,
+      syncKey: wallClock ? `job-${this.jobId}-time` : `job-${this.jobId}`,
       smoothing: this.smoothing,
       log: this.forcedLog ?? "auto",
-      onZoom: (min, max, source) => this.zoom(min, max, source),
-      onReset: () => this.resetZoom(),
+      // A wall-clock chart zooms alone: the other charts' x is the step.
+      onZoom: wallClock ? null : (min, max, source) => this.zoom(min, max, source),
+      onReset: wallClock ? null : () => this.resetZoom(),
       onLog: (on) => { logBox.checked = on; },
     });
     logBox.addEventListener("change", () => chart.setLog(logBox.checked));
@@ -234,7 +257,7 @@ export class MetricPanel {
 
   zoom(min, max, source) {
     this.zoomed = { min, max };
-    for (const { chart } of this.charts.values()) if (chart !== source) chart.zoomTo(min, max);
+    for (const { chart, group } of this.charts.values()) if (chart !== source && group !== "sys") chart.zoomTo(min, max);
     this.loadRange(min, max);
   }
 
@@ -268,8 +291,9 @@ export class MetricPanel {
     for (const p of points) {
       let s = this.full.get(p.name);
       if (!s) { s = { xs: [], ys: [], total: 0, downsampled: false }; this.full.set(p.name, s); added = true; }
-      if (s.xs.length && p.step <= s.xs[s.xs.length - 1]) continue;
-      s.xs.push(p.step);
+      const x = this.xOf(p.name, p.step);
+      if (s.xs.length && x <= s.xs[s.xs.length - 1]) continue;
+      s.xs.push(x);
       s.ys.push(p.value);
       s.total += 1;
       changed = true;

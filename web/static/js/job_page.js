@@ -12,7 +12,7 @@ import { loadNotifications } from "./notifications.js";
 import {
   fmtAgo, fmtBytes, fmtClock, fmtDuration, fmtInt, fmtNumber, fmtRate, jobDuration, parseTime, progressFraction, statusBadge, TERMINAL,
 } from "./format.js";
-import { setProgress } from "./progress.js";
+import { reportedCount, setProgress, stepsPhrase } from "./progress.js";
 import { CANCELLABLE } from "./meta.js";
 
 // The REST shapes, generated from the API's OpenAPI (web/types/api.d.ts; tsc checks their use).
@@ -66,13 +66,20 @@ function renderJob(j) {
   // A script job's batch is its own business: the spec's default batch_size says nothing about it.
   const batch = job.global_batch_size && !job.spec?.entrypoint ? `global batch ${fmtInt(job.global_batch_size)}` : null;
   const script = Boolean(job.spec?.entrypoint);
-  const facts = [job.strategy, batch,
+  const facts = [job.owner ? `submitted by ${job.owner}` : null, job.strategy, batch,
     !script && job.spec?.model?.name && `model ${job.spec.model.name}`, !script && job.spec?.data?.name && `data ${job.spec.data.name}`,
     !job.placement && job.worker_host && `on ${job.worker_host}`, job.attempt > 1 ? `attempt ${job.attempt}` : null,
     job.priority ? `priority ${job.priority}` : null,
-    job.host_losses ? `lost its host ${job.host_losses === 1 ? "once" : `${job.host_losses} times`}` : null].filter(Boolean);
+    job.host_losses ? `lost its host ${job.host_losses === 1 ? "once" : `${job.host_losses} times`}` : null,
+    job.tags?.length ? `tags ${job.tags.join(", ")}` : null].filter(Boolean);
   setText($("#job-facts"), facts.join(" · "));
   $("#cancel-job").hidden = !CANCELLABLE.has(job.status);
+  // Housekeeping (issue 23): an ended job can be archived (hidden from the default list), and back.
+  const archive = $("#archive-job");
+  archive.hidden = !TERMINAL.has(job.status);
+  setText(archive, job.archived ? "Unarchive" : "Archive");
+  $("#job-note").hidden = !job.note;
+  setText($("#job-note"), job.note || "");
   renderPlacement(job);
   renderWaiting(job);
   renderCode(job);
@@ -174,12 +181,12 @@ function renderOutcome() {
   const box = $("#job-outcome");
   box.hidden = !terminal && rows.length === 0;
   if (box.hidden) return;
-  const steps = job.total_steps && job.status !== "succeeded" ? `${fmtInt(job.step)} of ${fmtInt(job.total_steps)} steps` : `${fmtInt(job.step)} steps`;
+  const steps = stepsPhrase(job, fmtInt);
   const lead = {
     succeeded: `Finished ${steps} in ${fmtDuration(jobDuration(job))}.`,
     failed: `Failed after ${steps} (${fmtDuration(jobDuration(job))}).`,
     cancelled: `Cancelled after ${steps} (${fmtDuration(jobDuration(job))}).`,
-  }[job.status] || `So far, at step ${fmtInt(job.step)}:`;
+  }[job.status] || `So far, at step ${reportedCount(job, "step", fmtInt)}:`;
   setText($("#job-outcome-lead"), lead);
   setText($("#outcome-h"), terminal ? "Result" : "Best so far");
   const items = rows.map((r) => h("div", { class: "outcome-item", dataset: { metric: r.name } },
@@ -301,7 +308,7 @@ function renderProgress(p) {
   const merged = { ...job, ...p };
   const fraction = progressFraction(merged);
   setProgress($("#job-progress"), fraction, merged.status);
-  const steps = merged.total_steps ? `step ${fmtInt(merged.step)} of ${fmtInt(merged.total_steps)} (${Math.round(fraction * 100)}%)` : `step ${fmtInt(merged.step || 0)}`;
+  const steps = merged.total_steps ? `step ${fmtInt(merged.step)} of ${fmtInt(merged.total_steps)} (${Math.round(fraction * 100)}%)` : `step ${reportedCount(merged, "step", (v) => fmtInt(v || 0))}`;
   setText($("#job-progress-text"), steps);
   const running = merged.status === "running";
   const terminal = TERMINAL.has(merged.status);
@@ -309,9 +316,9 @@ function renderProgress(p) {
   $("#job-progress-row").hidden = terminal;
   $("#job-progress-card").hidden = merged.status === "queued"; // nothing to show yet: the waiting note says why
   const stats = terminal ? [
-    ["Steps", merged.total_steps && merged.status !== "succeeded" ? `${fmtInt(merged.step)} / ${fmtInt(merged.total_steps)}` : fmtInt(merged.step)],
-    ["Epoch", fmtInt(merged.epoch)],
-    ["Samples seen", fmtInt(merged.samples)],
+    ["Steps", merged.total_steps && merged.status !== "succeeded" ? `${fmtInt(merged.step)} / ${fmtInt(merged.total_steps)}` : reportedCount(merged, "step", fmtInt)],
+    ["Epoch", reportedCount(merged, "epoch", fmtInt)],
+    ["Samples seen", reportedCount(merged, "samples", fmtInt)],
     ["Last samples/s", fmtRate(merged.samples_per_s)],
     ["Final loss", fmtNumber(merged.latest_loss)],
     ["Started", fmtClock(merged.started_at)],
@@ -319,8 +326,8 @@ function renderProgress(p) {
   ] : [
     [running ? "Samples/s" : "Last samples/s", fmtRate(merged.samples_per_s)],
     ["ETA", running ? fmtDuration(merged.eta_s) : "–"],
-    ["Epoch", fmtInt(merged.epoch)],
-    ["Samples seen", fmtInt(merged.samples)],
+    ["Epoch", reportedCount(merged, "epoch", fmtInt)],
+    ["Samples seen", reportedCount(merged, "samples", fmtInt)],
     ["Latest loss", fmtNumber(merged.latest_loss)],
     ["Started", fmtClock(merged.started_at)],
     ["Duration", fmtDuration(jobDuration(merged))],
@@ -450,6 +457,18 @@ $("#cancel-job").addEventListener("click", async () => {
     reloadJob();
   } catch (err) {
     message(`Could not cancel: ${err.message}`, "alert-error");
+  } finally {
+    button.disabled = false;
+  }
+});
+
+$("#archive-job").addEventListener("click", async () => {
+  const button = $("#archive-job");
+  button.disabled = true;
+  try {
+    renderJob(await api(`/jobs/${jobId}/${job?.archived ? "unarchive" : "archive"}`, { method: "POST" }));
+  } catch (err) {
+    message(`Could not change it: ${err.message}`, "alert-error");  // a 403 says which role it needs
   } finally {
     button.disabled = false;
   }

@@ -10,7 +10,7 @@ import { STATES } from "./meta.js";
 const PAGE_SIZE = 25;
 const POLL_MS = 2000;
 
-const state = { status: "", name: "", offset: 0, total: 0 };
+const state = { status: "", name: "", mine: false, offset: 0, total: 0 };
 const selected = new Set();
 const rows = new Map(); // job id -> {tr, cells}
 let timer = null;
@@ -29,15 +29,18 @@ function readUrl() {
   const q = new URLSearchParams(location.search);
   state.status = q.get("status") || "";
   state.name = q.get("name") || "";
+  state.mine = q.get("mine") === "true";
   state.offset = Math.max(0, parseInt(q.get("offset") || "0", 10) || 0);
   $("#filter-status").value = state.status;
   $("#filter-name").value = state.name;
+  $("#filter-mine").checked = state.mine;
 }
 
 function writeUrl() {
   const q = new URLSearchParams();
   if (state.status) q.set("status", state.status);
   if (state.name) q.set("name", state.name);
+  if (state.mine) q.set("mine", "true");
   if (state.offset) q.set("offset", String(state.offset));
   const s = q.toString();
   history.replaceState(null, "", s ? `?${s}` : location.pathname);
@@ -54,6 +57,7 @@ function makeRow(job) {
     check,
     link: h("a", { href: `/jobs/${job.id}` }),
     id: h("span", { class: "muted id" }),
+    params: h("span", { class: "muted params" }), // the spec's params (sweeps, issue 24): lr=0.01 · batch_size=16
     badge: h("span", { class: "badge" }),
     // data-label: the column's name, shown before the value where a narrow screen stacks the row.
     strategy: h("td", { class: "strategy", dataset: { label: "Strategy" } }),
@@ -67,7 +71,7 @@ function makeRow(job) {
   };
   const tr = h("tr", { dataset: { jobId: job.id } },
     h("td", { class: "pick-cell" }, check),
-    h("td", { class: "name" }, cells.link, " ", cells.id),
+    h("td", { class: "name" }, cells.link, " ", cells.id, " ", cells.params),
     h("td", { class: "status" }, cells.badge),
     cells.strategy,
     h("td", { class: "col-progress" }, h("div", { class: "progress-cell" }, cells.bar, cells.progressText)),
@@ -80,7 +84,9 @@ function makeRow(job) {
 function updateRow(row, job) {
   const c = row.cells;
   setText(c.link, job.name);
-  setText(c.id, `#${job.id}`);
+  setText(c.id, job.owner ? `#${job.id} · ${job.owner}` : `#${job.id}`);  // who submitted it (issue 23)
+  const params = Object.entries(job.spec?.params || {}).map(([k, v]) => `${k}=${typeof v === "number" ? fmtNumber(v, 3) : v}`).join(" · ");
+  setText(c.params, params.length > 80 ? `${params.slice(0, 79)}…` : params);
   setText(c.badge, job.status);
   c.badge.className = `badge badge-${job.status}`;
   setText(c.strategy, job.strategy || "–");
@@ -135,7 +141,7 @@ async function refresh() {
   inflight = controller;
   try {
     const page = await api("/jobs", {
-      query: { status: state.status, name: state.name, limit: PAGE_SIZE, offset: state.offset },
+      query: { status: state.status, name: state.name, mine: state.mine ? "true" : null, limit: PAGE_SIZE, offset: state.offset },
       signal: controller.signal,
     });
     // Paged past the end (jobs filtered away): step back to the last page.
@@ -160,6 +166,7 @@ async function refresh() {
 function onFilterChange() {
   state.status = $("#filter-status").value;
   state.name = $("#filter-name").value.trim();
+  state.mine = $("#filter-mine").checked;
   state.offset = 0;
   writeUrl();
   refresh();
@@ -169,6 +176,7 @@ fillStatusFilter();
 readUrl();
 $("#job-filters").addEventListener("submit", (e) => { e.preventDefault(); onFilterChange(); });
 $("#filter-status").addEventListener("change", onFilterChange);
+$("#filter-mine").addEventListener("change", onFilterChange);
 $("#filter-name").addEventListener("input", debounce(onFilterChange, 300));
 $("#page-prev").addEventListener("click", () => { state.offset = Math.max(0, state.offset - PAGE_SIZE); writeUrl(); refresh(); });
 $("#page-next").addEventListener("click", () => { state.offset += PAGE_SIZE; writeUrl(); refresh(); });

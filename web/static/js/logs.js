@@ -1,6 +1,7 @@
 // @ts-check
-// Per-rank log viewer: reads a rank's stdout/stderr by byte offset and, while following, polls
-// for what was appended since (GET /api/jobs/{id}/logs?rank&stream&offset). Search highlights every
+// The job's console. By default every rank's stdout and stderr merged in time order, each line prefixed
+// with its rank (GET /api/jobs/{id}/console, then on from its cursor while following); choosing a rank
+// and a stream reads that log alone by byte offset (GET /api/jobs/{id}/logs?rank&stream&offset). Search highlights every
 // match in the text in hand (the CSS Custom Highlight API: the log stays one text node) and steps
 // through them; "Download" fetches the rank's whole log (GET /api/jobs/{id}/logs/download).
 import { api, ApiError } from "./api.js";
@@ -10,6 +11,13 @@ const POLL_MS = 1500;
 const MAX_CHARS = 400_000; // keep the <pre> light; older text is dropped from the top
 const FIRST_TAIL = 65_536; // the first read shows the end of a long log, not its start
 const MAX_MATCHES = 5000;
+const ALL = "all"; // the rank select's merged view
+const BOTH = "both"; // the stream select's merged view
+
+/** `[r0] text`, `[r1 err] text`: a merged console line with its rank (the CLI prints the same). */
+export function consoleLine(line) {
+  return `[r${line.rank}${line.stream === "stderr" ? " err" : ""}] ${line.text}`;
+}
 
 export class LogView {
   constructor(jobId) {
@@ -20,6 +28,7 @@ export class LogView {
     this.followBox = $("#log-follow");
     this.search = $("#log-search");
     this.offset = null;
+    this.cursor = null; // the merged view's (GET /console)
     this.timer = null;
     this.finished = false;
     this.busy = false;
@@ -40,9 +49,18 @@ export class LogView {
     this.updateDownload();
   }
 
+  /** True when the view is every rank merged (the default), false for one rank's stream. */
+  merged() {
+    return this.rankSelect.value === ALL || this.streamSelect.value === BOTH;
+  }
+
   restart() {
     this.generation += 1; // a read still in flight for the old rank/stream is dropped
+    // One rank asked for: its stderr unless a stream was chosen; a stream asked for: rank 0 unless chosen.
+    if (this.rankSelect.value === ALL && this.streamSelect.value !== BOTH) this.rankSelect.value = "0";
+    else if (this.rankSelect.value !== ALL && this.streamSelect.value === BOTH) this.streamSelect.value = "stderr";
     this.offset = null;
+    this.cursor = null;
     this.pre.textContent = "";
     this.updateDownload();
     this.poll();
@@ -60,8 +78,10 @@ export class LogView {
   }
 
   updateDownload() {
-    const q = new URLSearchParams({ rank: this.rankSelect.value, stream: this.streamSelect.value });
     const link = $("#log-download");
+    link.hidden = this.merged(); // one rank's stream downloads whole; the merged view has no single file
+    if (this.merged()) return;
+    const q = new URLSearchParams({ rank: this.rankSelect.value, stream: this.streamSelect.value });
     link.href = `/api/jobs/${this.jobId}/logs/download?${q}`;
     link.setAttribute("aria-label", `Download rank ${this.rankSelect.value}'s ${this.streamSelect.value}`);
   }
@@ -79,6 +99,7 @@ export class LogView {
     this.busy = true;
     const generation = this.generation;
     try {
+      if (this.merged()) { await this.pollMerged(generation); return; }
       const query = { rank: this.rankSelect.value, stream: this.streamSelect.value };
       if (this.offset === null) query.tail = FIRST_TAIL; else query.offset = this.offset;
       const body = await api(`/jobs/${this.jobId}/logs`, { query });
@@ -102,6 +123,17 @@ export class LogView {
     }
   }
 
+  async pollMerged(generation) {
+    const query = this.cursor === null ? { limit: 4 * FIRST_TAIL } : { cursor: this.cursor };
+    const body = await api(`/jobs/${this.jobId}/console`, { query });
+    if (generation !== this.generation) return;
+    this.updateRanks(body.ranks || []);
+    if (body.lines.length) this.appendText(body.lines.map((ln) => `${consoleLine(ln)}\n`).join(""));
+    this.cursor = body.cursor;
+    if (!this.pre.textContent) setText(this.pre, this.emptyText());
+    this.pre.dataset.loaded = "true";
+  }
+
   appendText(text) {
     const first = this.pre.dataset.empty !== "false";
     const atBottom = this.pre.scrollTop + this.pre.clientHeight >= this.pre.scrollHeight - 8;
@@ -117,16 +149,17 @@ export class LogView {
 
   emptyText() {
     this.pre.dataset.empty = "true";
+    if (this.merged()) return this.finished ? "(no rank wrote anything)" : "(nothing from any rank yet)";
     const where = `rank ${this.rankSelect.value} ${this.streamSelect.value}`;
     return this.finished ? `(${where} is empty: this rank wrote nothing there)` : `(nothing on ${where} yet)`;
   }
 
   updateRanks(ranks) {
-    const have = Array.from(this.rankSelect.options).map((o) => Number(o.value));
+    const have = Array.from(this.rankSelect.options).map((o) => o.value).filter((v) => v !== ALL);
     if (!ranks.length || ranks.join() === have.join()) return;
     const current = this.rankSelect.value;
-    this.rankSelect.replaceChildren(...ranks.map((r) => h("option", { value: r }, String(r))));
-    this.rankSelect.value = ranks.map(String).includes(current) ? current : String(ranks[0]);
+    this.rankSelect.replaceChildren(h("option", { value: ALL }, "all, merged"), ...ranks.map((r) => h("option", { value: r }, String(r))));
+    this.rankSelect.value = current === ALL || ranks.map(String).includes(current) ? current : String(ranks[0]);
     this.updateDownload();
   }
 

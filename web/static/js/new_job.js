@@ -45,13 +45,15 @@ export function inWords(d, path) {
   return msg;
 }
 
-// Starting points for the built-in models and data (everything else keeps the schema defaults).
+// Starting points for the built-in models and data (everything else keeps the schema defaults). Those
+// whose data set is downloaded (`needs`) are listed apart and set `download: true`: a fresh install has no
+// files, so the first job fetches them (once per host); offline, put the files in the datasets dir first.
 const PRESETS = {
   "digits-mlp": { label: "digits · mlp — tiny, runs on CPU in seconds", spec: { name: "digits-mlp", model: { name: "mlp" }, data: { name: "digits" }, batch_size: 32, max_steps: 200, eval_every: 50, optimizer: { name: "sgd", lr: 0.05 }, checkpoint: { every_steps: 100, every_epochs: null } } },
   "digits-ddp": { label: "digits · mlp — DDP 2 × acc 2", spec: { name: "digits-ddp2-acc2", model: { name: "mlp" }, data: { name: "digits" }, batch_size: 8, accumulation_steps: 2, nproc: 2, max_steps: 200, eval_every: 50, optimizer: { name: "sgd", lr: 0.05 }, checkpoint: { every_steps: 100, every_epochs: null } } },
-  "mnist-convnet": { label: "MNIST · convnet", spec: { name: "mnist-convnet", model: { name: "convnet" }, data: { name: "mnist" }, batch_size: 64, epochs: 2, optimizer: { name: "adamw", lr: 0.001, weight_decay: 0.01 } } },
-  "fashion-convnet": { label: "Fashion-MNIST · convnet", spec: { name: "fashion-convnet", model: { name: "convnet" }, data: { name: "fashion_mnist" }, batch_size: 64, epochs: 5, optimizer: { name: "adamw", lr: 0.001 }, scheduler: { name: "cosine", warmup_steps: 100 } } },
-  "cifar10-resnet18": { label: "CIFAR-10 · resnet18 (GPU)", spec: { name: "cifar10-resnet18", model: { name: "resnet18" }, data: { name: "cifar10" }, batch_size: 128, epochs: 30, device: "cuda", precision: "bf16", optimizer: { name: "sgd", lr: 0.1, momentum: 0.9, nesterov: true, weight_decay: 0.0005 }, scheduler: { name: "cosine", warmup_steps: 500 } } },
+  "mnist-convnet": { needs: "MNIST", label: "MNIST · convnet", spec: { name: "mnist-convnet", model: { name: "convnet" }, data: { name: "mnist", args: { download: true } }, batch_size: 64, epochs: 2, optimizer: { name: "adamw", lr: 0.001, weight_decay: 0.01 } } },
+  "fashion-convnet": { needs: "Fashion-MNIST", label: "Fashion-MNIST · convnet", spec: { name: "fashion-convnet", model: { name: "convnet" }, data: { name: "fashion_mnist", args: { download: true } }, batch_size: 64, epochs: 5, optimizer: { name: "adamw", lr: 0.001 }, scheduler: { name: "cosine", warmup_steps: 100 } } },
+  "cifar10-resnet18": { needs: "CIFAR-10", label: "CIFAR-10 · resnet18 (GPU)", spec: { name: "cifar10-resnet18", model: { name: "resnet18" }, data: { name: "cifar10", args: { download: true } }, batch_size: 128, epochs: 30, device: "cuda", precision: "bf16", optimizer: { name: "sgd", lr: 0.1, momentum: 0.9, nesterov: true, weight_decay: 0.0005 }, scheduler: { name: "cosine", warmup_steps: 500 } } },
   "fake-resnet50": { label: "fake images · resnet50 — throughput test", spec: { name: "fake-resnet50", model: { name: "resnet50" }, data: { name: "fake" }, batch_size: 64, max_steps: 500, device: "cuda", precision: "bf16" } },
 };
 
@@ -107,6 +109,9 @@ function updateGlobalBatch() {
     return Number.isFinite(v) && v > 0 ? v : NaN;
   });
   const total = parts.reduce((a, b) => a * b, 1);
+  // A script job chooses its own batch: the built-in trainer's global batch says nothing about it.
+  const batchLine = $("#global-batch")?.closest("p");
+  if (batchLine instanceof HTMLElement) batchLine.hidden = Boolean(spec.entrypoint);
   setText($("#global-batch"), Number.isFinite(total) ? total.toLocaleString("en-US") : "–");
   setText($("#global-batch-formula"), `= ${parts.map((p) => (Number.isFinite(p) ? p : "?")).join(" × ")} (batch × accumulation × nproc × nnodes)`);
   updateResumeWarning(spec, total);
@@ -262,7 +267,9 @@ async function main() {
   const presetSelect = $("#preset");
   presetSelect.replaceChildren(
     ...(prefill ? [h("option", { value: "" }, "(the copied spec)")] : []),
-    ...Object.entries(PRESETS).map(([key, p]) => h("option", { value: key }, p.label)),
+    ...Object.entries(PRESETS).filter(([, p]) => !p.needs).map(([key, p]) => h("option", { value: key }, p.label)),
+    h("optgroup", { label: "Download their data set on first use (internet once, or its files in the datasets dir)" },
+      ...Object.entries(PRESETS).filter(([, p]) => p.needs).map(([key, p]) => h("option", { value: key }, `${p.label} — downloads ${p.needs}`))),
   );
   if (prefill) form.write(prefill);
   else applyPreset("digits-mlp");

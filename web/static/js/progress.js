@@ -14,3 +14,21 @@ export function setProgress(bar, fraction, status) {
   }
   bar.dataset.status = status || "";
 }
+
+/** A script job that never reported a count (no rankzero.progress/log, TensorBoard or console step)
+ * shows it as "not reported", never 0; the REST API gives null there (api/models.py `_reported`). */
+export function notReported(job, key) {
+  const value = job[key];
+  return Boolean(job.spec?.entrypoint) && (value === null || value === undefined || value === 0);
+}
+
+/** `fmt(value)`, or "not reported" (see notReported). */
+export function reportedCount(job, key, fmt) {
+  return notReported(job, key) ? "not reported" : fmt(job[key]);
+}
+
+/** "1,234 steps" / "1,234 of 5,000 steps" / "steps not reported", for the outcome's lead. */
+export function stepsPhrase(job, fmt) {
+  if (notReported(job, "step")) return "(steps not reported)";
+  return job.total_steps && job.status !== "succeeded" ? `${fmt(job.step)} of ${fmt(job.total_steps)} steps` : `${fmt(job.step)} steps`;
+}

@@ -1,0 +1,184 @@
+"""Sweeps: create one, list them, show one with its trials, cancel / pause / resume it, and resume its
+best trial for longer. The driver (core/sweeps/driver.py, in the scheduler) makes the trials."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path, Query, status
+from pydantic import BaseModel, Field
+from sqlmodel import Session, col, select
+
+from api import submit_policy
+from api.deps import CurrentUser, SessionDep, SettingsDep
+from api.models import ErrorDetail, JobPublic
+from api.models_sweeps import SweepDetail, SweepPage, SweepPublic
+from core import jobs
+from core.resume import resume_spec
+from core.settings import Settings
+from core.sweeps import store
+from core.sweeps.space import SweepSpec, _probe_points, trial_spec
+from core.tables import Checkpoint, Job, Sweep
+from core.users import Principal
+from trainer.spec import JobSpec
+
+router = APIRouter(tags=["sweeps"])
+SweepId = Annotated[int, Path(ge=1, le=2**31 - 1)]
+MAX_PAGE = 100  # each sweep in the list reads its trials' metric: keep pages small
+
+
+def _sweep_or_404(session: Session, sweep_id: int) -> Sweep:
+    row = session.get(Sweep, sweep_id)
+    if row is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no sweep {sweep_id}")
+    return row
+
+
+def _may_change(who: Principal, row: Sweep, what: str) -> None:
+    """The jobs' rule (api/auth.py `may_change_job`): members change only their own sweeps; admins any."""
+    if who.role == "admin" or (row.owner_id is not None and row.owner_id == who.user_id):
+        return
+    raise HTTPException(
+        status.HTTP_403_FORBIDDEN,
+        f"{what} sweep {row.id} needs role admin (or being its owner); {who.name} is {who.role} and does not own it",
+    )
+
+
+def _check_policy(spec: SweepSpec, settings: Settings) -> None:
+    """What the server refuses of a job (api/submit_policy.py), asked of the trials at the space's corners."""
+    for values in _probe_points(spec):
+        try:
+            submit_policy.apply(JobSpec.model_validate(trial_spec(spec, values, 0)), settings)
+        except submit_policy.SpecRefused as exc:
+            where = ", ".join(f"{k}={v!r}" for k, v in values.items())
+            loc = ["job", *exc.loc]
+            raise HTTPException(
+                422, [{"loc": loc, "msg": f"the trial with {where}: {exc.msg}", "type": "value_error"}]
+            ) from None
+    if spec.job.get("resume_from"):
+        raise HTTPException(
+            422,
+            [
+                {
+                    "loc": ["job", "resume_from"],
+                    "msg": "a sweep's trials start fresh: remove resume_from (resume the best trial afterwards)",
+                    "type": "value_error",
+                }
+            ],
+        )
+
+
+@router.post(
+    "/sweeps",
+    status_code=status.HTTP_201_CREATED,
+    response_model=SweepPublic,
+    responses={422: {"description": "The sweep, or one of its corner trials, is invalid or refused."}},
+)
+def create_sweep(spec: SweepSpec, session: SessionDep, settings: SettingsDep, who: CurrentUser) -> SweepPublic:
+    """Start a sweep: its first `parallel` trials are queued at the scheduler's next pass (at once)."""
+    _check_policy(spec, settings)
+    row = store.create(session, spec, settings.queue, owner_id=who.user_id)
+    return SweepPublic.of(row)
+
+
+@router.get("/sweeps", response_model=SweepPage)
+def list_sweeps(session: SessionDep, limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50) -> SweepPage:
+    """The newest sweeps first (without their trials: GET /api/sweeps/{id})."""
+    rows = session.exec(select(Sweep).order_by(col(Sweep.id).desc()).limit(limit)).all()
+    return SweepPage(sweeps=[SweepPublic.of(r, [v for _, _, v in store.trials(session, r)]) for r in rows])
+
+
+@router.get("/sweeps/{sweep_id}", response_model=SweepDetail, responses={404: {"model": ErrorDetail}})
+def get_sweep(sweep_id: SweepId, session: SessionDep) -> SweepDetail:
+    """A sweep with its trials, best first, the best marked."""
+    row = _sweep_or_404(session, sweep_id)
+    return SweepDetail.detail(row, store.trials(session, row))
+
+
+@router.post(
+    "/sweeps/{sweep_id}/cancel",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=SweepPublic,
+    responses={404: {"model": ErrorDetail}, 409: {"model": ErrorDetail}},
+)
+def cancel_sweep(sweep_id: SweepId, session: SessionDep, who: CurrentUser) -> SweepPublic:
+    """Cancel the sweep and stop its queued and running trials (each checkpoints as a cancelled job does)."""
+    row = _sweep_or_404(session, sweep_id)
+    _may_change(who, row, "cancelling")
+    if row.status not in store.ACTIVE:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"sweep {sweep_id} already {row.status}; nothing to cancel")
+    store.cancel(session, row)
+    session.refresh(row)
+    return SweepPublic.of(row)
+
+
+def _move(session: Session, who: Principal, sweep_id: int, to: str, expect: tuple[str, ...]) -> SweepPublic:
+    row = _sweep_or_404(session, sweep_id)
+    _may_change(who, row, "pausing" if to == "paused" else "resuming")
+    if row.status == to:
+        return SweepPublic.of(row)
+    if not store.set_status(session, sweep_id, to, expect, note=f"{to} by request"):
+        raise HTTPException(status.HTTP_409_CONFLICT, f"sweep {sweep_id} is {row.status}: it cannot be {to}")
+    store._wake(session)
+    session.commit()
+    session.refresh(row)
+    return SweepPublic.of(row)
+
+
+@router.post(
+    "/sweeps/{sweep_id}/pause",
+    response_model=SweepPublic,
+    responses={404: {"model": ErrorDetail}, 409: {"model": ErrorDetail}},
+)
+def pause_sweep(sweep_id: SweepId, session: SessionDep, who: CurrentUser) -> SweepPublic:
+    """Start no new trial (those running go on, and may still be pruned)."""
+    return _move(session, who, sweep_id, "paused", ("running",))
+
+
+@router.post(
+    "/sweeps/{sweep_id}/resume",
+    response_model=SweepPublic,
+    responses={404: {"model": ErrorDetail}, 409: {"model": ErrorDetail}},
+)
+def resume_sweep(sweep_id: SweepId, session: SessionDep, who: CurrentUser) -> SweepPublic:
+    """Start trials again, up to `parallel` at once."""
+    return _move(session, who, sweep_id, "running", ("paused",))
+
+
+class Extend(BaseModel):
+    max_steps: int | None = Field(
+        None, ge=1, le=1_000_000_000, description="Train to this step (default: twice as long)."
+    )
+
+
+@router.post(
+    "/sweeps/{sweep_id}/extend-best",
+    status_code=status.HTTP_201_CREATED,
+    response_model=JobPublic,
+    responses={404: {"model": ErrorDetail}, 409: {"model": ErrorDetail}},
+)
+def extend_best(
+    sweep_id: SweepId, body: Extend, session: SessionDep, settings: SettingsDep, who: CurrentUser
+) -> JobPublic:
+    """Resume the best trial from its newest checkpoint for longer: one new job (as `rankzero resume` makes)."""
+    row = _sweep_or_404(session, sweep_id)
+    head = SweepPublic.of(row, [v for _, _, v in store.trials(session, row)])
+    if head.best_job_id is None:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"sweep {sweep_id} has no finished trial with its metric yet")
+    job = session.get(Job, head.best_job_id)
+    newest = session.exec(
+        select(Checkpoint).where(col(Checkpoint.job_id) == head.best_job_id).order_by(col(Checkpoint.step).desc())
+    ).first()
+    if job is None or newest is None or job.run_dir is None:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"job {head.best_job_id} (the best trial) has no checkpoint")
+    at = f"{job.run_dir}/{newest.path}"
+    longer = body.max_steps or max(newest.step + 1, 2 * (job.total_steps or newest.step))
+    spec, _ = resume_spec(
+        job.spec, total_steps=job.total_steps, checkpoint_step=newest.step, resume_from=at, max_steps=longer
+    )
+    try:
+        checked = submit_policy.apply(JobSpec.model_validate(spec), settings)
+    except submit_policy.SpecRefused as exc:
+        raise HTTPException(422, [{"loc": list(exc.loc), "msg": exc.msg, "type": "value_error"}]) from None
+    made = jobs.create(session, checked.name, checked.model_dump(mode="json"), settings.queue, owner_id=who.user_id)
+    return JobPublic.from_row(made)

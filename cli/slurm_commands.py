@@ -1,0 +1,54 @@
+"""`rankzero slurm-agent`: hand one pool's jobs to an existing Slurm cluster (docs/slurm.md), and
+`rankzero slurm-nodes`: that cluster's partitions and node states (`sinfo`)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from cli.app import app, console, fail, load_settings
+
+
+@app.command("slurm-agent")
+def slurm_agent(
+    pool: Annotated[str | None, typer.Option(help="The pool to hand to Slurm (default RANKZERO_SLURM_POOL).")] = None,
+) -> None:
+    """Run on a login node (Slurm's commands, the shared runs dir): submit the pool's queued jobs with sbatch,
+    follow them with one squeue per period, ingest their run dirs, cancel with scancel."""
+    import logging
+    import signal
+    import threading
+
+    from core.db import get_engine
+    from core.migrate import upgrade
+    from worker.slurm.agent import Agent
+    from worker.slurm.commands import Runner
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings = load_settings(**({"slurm_pool": pool} if pool else {}))
+    if settings.slurm_pool is None:
+        fail("name the pool to hand to Slurm: --pool NAME or RANKZERO_SLURM_POOL", code=2)
+    upgrade(settings.resolved_database_url)
+    agent = Agent(
+        get_engine(settings.resolved_database_url), settings, Runner(timeout_s=settings.slurm_command_timeout_s)
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    console.print(f"slurm agent: pool {settings.slurm_pool}, every {settings.slurm_poll_s:g} s")
+    agent.run_forever(stop)
+
+
+@app.command("slurm-nodes")
+def slurm_nodes() -> None:
+    """Partitions and node states of the Slurm cluster (`sinfo`), as the hosts page shows them."""
+    from worker.slurm.commands import Runner, SlurmError, sinfo
+
+    settings = load_settings()
+    try:
+        nodes = sinfo(Runner(timeout_s=settings.slurm_command_timeout_s))
+    except SlurmError as exc:
+        fail(str(exc), code=1)
+    for n in nodes:
+        console.print(f"{n.partition:<12} {n.node:<16} {n.state:<12} cpus={n.cpus} gres={n.gres} {n.reason}")

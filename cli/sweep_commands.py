@@ -1,0 +1,142 @@
+"""Sweep commands, and `submit --set`: `rankzero sweep FILE`, `rankzero sweep show|cancel|pause|resume|extend ID`,
+`rankzero sweeps` (REST: api/routes/sweeps.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.table import Table
+from rich.text import Text
+
+from cli import views
+from cli.app import TokenOpt, UrlOpt, app, call, client_for, console, fail
+
+ACTIONS = ("show", "cancel", "pause", "resume", "extend")
+MAX_SETS = 64
+
+
+def with_overrides(spec: dict[str, Any], assignments: list[str], name: str | None) -> dict[str, Any]:
+    """`spec` with each `path=value` set (the value read as a YAML scalar: 0.01, true, adamw) and `name`."""
+    import re
+
+    from core.sweeps.space import set_path  # imports pydantic: only where used (issue 29, a fast CLI start)
+    from trainer.spec import NAME_PATTERN, PARAM_NAME
+
+    if len(assignments) > MAX_SETS:
+        fail(f"--set given {len(assignments)} times; the limit is {MAX_SETS}", 2)
+    out = dict(spec)
+    for item in assignments:
+        path, eq, raw = item.partition("=")
+        if not eq or not PARAM_NAME.match(path):
+            fail(f"--set {item[:80]!r}: write PATH=VALUE with a dotted spec path, e.g. optimizer.lr=0.01", 2)
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        if isinstance(value, (dict, list)) or value is None:
+            value = raw  # a scalar only: `{a: 1}` or `~` is kept as the text given
+        out = set_path(out, path, value)
+    if name is not None:
+        if not re.match(NAME_PATTERN, name):
+            fail(f"--name {name[:80]!r}: letters, digits, '.', '_' or '-', at most 100 characters", 2)
+        out["name"] = name
+    return out
+
+
+@app.command()
+def sweep(
+    what: Annotated[
+        str, typer.Argument(help="A sweep spec file (YAML/JSON, `-` for stdin), or show/cancel/pause/resume/extend.")
+    ],
+    sweep_id: Annotated[int | None, typer.Argument(help="The sweep's id (with an action).")] = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Start a sweep from FILE, or act on one: show ID (the trials table), cancel, pause, resume, extend (the best)."""
+    client = client_for(url, token)
+    if what in ACTIONS:
+        if sweep_id is None:
+            fail(f"`rankzero sweep {what}` needs the sweep's id", 2)
+        if what == "show":
+            _show(call(lambda: client.get(f"/sweeps/{sweep_id}")))
+        elif what == "extend":
+            job = call(lambda: client.post(f"/sweeps/{sweep_id}/extend-best", json={}))
+            console.print(f"job {job['id']} queued: {job['name']} (the best trial, resumed for longer)")
+        else:
+            row = call(lambda: client.post(f"/sweeps/{sweep_id}/{what}"))
+            console.print(f"sweep {row['id']}: {row['status']}")
+        return
+    from cli.job_commands import _load_spec
+
+    body = _load_spec(Path(what))
+    row = call(lambda: client.post("/sweeps", json=body))
+    console.print(
+        Text.assemble(
+            "sweep ",
+            (str(row["id"]), "bold"),
+            f" started: {row['name']} ({row['method']}, {row['trials_total']} trials, {row['parallel']} at a time)",
+        )
+    )
+
+
+@app.command()
+def sweeps(
+    limit: Annotated[int, typer.Option(help="At most this many.")] = 50,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """List sweeps, newest first, with their best trial."""
+    client = client_for(url, token)
+    page = call(lambda: client.get("/sweeps", limit=limit))
+    table = Table("id", "name", "status", "method", "metric", "trials", "best job", "best")
+    for s in page["sweeps"]:
+        table.add_row(
+            str(s["id"]),
+            views.text(s["name"]),
+            s["status"],
+            s["method"],
+            f"{s['metric']} ({s['goal']})",
+            str(s["trials_total"]),
+            str(s["best_job_id"] or "–"),
+            views.number(s["best_value"]),
+        )
+    console.print(table)
+
+
+def _show(detail: dict[str, Any]) -> None:
+    console.print(
+        Text.assemble(
+            ("sweep ", "bold"),
+            f"{detail['id']} {detail['name']}: {detail['status']}, "
+            f"{detail['method']}, {detail['metric']} ({detail['goal']})",
+        )
+    )
+    if detail.get("note"):
+        console.print(views.text(detail["note"]), soft_wrap=True)
+    table = trials_table(detail)
+    console.print(table)
+
+
+def trials_table(detail: dict[str, Any]) -> Table:
+    """One row per trial, best first (the API's order), the best marked with ★; one column per parameter."""
+    params = list(detail["parameters"])
+    table = Table("", "trial", "job", "status", *params, "final", "best", "step")
+    for t in detail["trials"]:
+        values = [
+            views.number(t["params"].get(p)) if not isinstance(t["params"].get(p), str) else views.text(t["params"][p])
+            for p in params
+        ]
+        table.add_row(
+            "★" if t["is_best"] else "",
+            str(t["number"]),
+            str(t["job_id"]),
+            views.status_text(t["status"]) if t["status"] != "pruned" else Text("pruned", "yellow"),
+            *values,
+            views.number(t["final"]),
+            views.number(t["best"]),
+            str(t["step"]),
+        )
+    return table

@@ -1,0 +1,162 @@
+"""This host's cache of built environments: `<environment_dir>/<key>/`, one per lock × Python × torch.
+
+- One build per entry at a time: a file lock per key (`.<key>.lock`); a job that finds the lock held waits
+  (alive: its heartbeat ticks) and then finds the entry built. An entry appears complete, by an atomic
+  rename of its `.partial-*` folder, read-only (files 0444/0555, folders 0555); the sandbox mounts it
+  read-only too (worker/sandbox.py).
+- Last used: the entry's mtime, touched at every start. `<key>.json` beside it says its size.
+- Size cap: `to_evict` (pure) picks the least recently used entries no live job uses until the cache fits
+  RANKZERO_ENVIRONMENT_CACHE_MAX_BYTES; `evict` removes them, each under its build lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import secrets
+import shutil
+import stat
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+PARTIAL_PREFIX = ".partial-"
+KEY = re.compile(r"^[0-9a-f]{64}$")
+MARKER = ".rankzero-environment"  # written last inside a built entry: present means complete
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: str
+    size: int
+    last_used: float
+
+
+def entry_dir(root: Path, key: str) -> Path:
+    return root / key
+
+
+def python_of(root: Path, key: str) -> Path:
+    return entry_dir(root, key) / "bin" / "python"
+
+
+def is_built(root: Path, key: str) -> bool:
+    return (entry_dir(root, key) / MARKER).is_file()
+
+
+def touch(root: Path, key: str) -> None:
+    with contextlib.suppress(OSError):
+        os.utime(entry_dir(root, key))  # last used (the owner may, read-only or not)
+
+
+@contextlib.contextmanager
+def locked(root: Path, key: str, tick: Callable[[], None] = lambda: None) -> Iterator[None]:
+    with open(root / f".{key}.lock", "a+b") as fh:
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:  # another job builds this entry: wait for it, alive
+                tick()
+                time.sleep(0.05)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def partial(root: Path, key: str) -> Path:
+    return root / f"{PARTIAL_PREFIX}{key}-{secrets.token_hex(4)}"
+
+
+def size_of(folder: Path) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+def make_read_only(folder: Path) -> None:
+    for dirpath, dirs, files in os.walk(folder):
+        for name in files:
+            p = os.path.join(dirpath, name)
+            mode = os.lstat(p).st_mode
+            if not stat.S_ISLNK(mode):
+                os.chmod(p, 0o555 if mode & 0o111 else 0o444)
+        for name in dirs:
+            p = os.path.join(dirpath, name)
+            if not os.path.islink(p):
+                os.chmod(p, 0o555)
+    os.chmod(folder, 0o555)
+
+
+def remove_tree(folder: Path) -> None:
+    """Remove a (read-only) tree: its folders made writable first."""
+    if not folder.exists():
+        return
+    for dirpath, dirs, _ in os.walk(folder):
+        for name in dirs:
+            with contextlib.suppress(OSError):
+                p = os.path.join(dirpath, name)
+                if not os.path.islink(p):
+                    os.chmod(p, 0o700)
+    with contextlib.suppress(OSError):
+        os.chmod(folder, 0o700)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def publish(root: Path, key: str, tmp: Path, meta: dict[str, object]) -> int:
+    """Make the built `tmp` the entry `key`: its size recorded, read-only, then renamed into place."""
+    size = size_of(tmp)
+    (tmp / MARKER).write_text(json.dumps({**meta, "size": size}))
+    make_read_only(tmp)
+    (root / f"{key}.json").write_text(json.dumps({**meta, "size": size}))
+    os.rename(tmp, entry_dir(root, key))
+    return size
+
+
+def entries(root: Path) -> list[Entry]:
+    found = []
+    for path in root.iterdir() if root.is_dir() else ():
+        if KEY.match(path.name) and path.is_dir():
+            try:
+                size = int(json.loads((root / f"{path.name}.json").read_text()).get("size", 0))
+            except (OSError, ValueError):
+                size = size_of(path)
+            found.append(Entry(path.name, size, path.stat().st_mtime))
+    return found
+
+
+def to_evict(found: list[Entry], in_use: set[str], cap: int) -> list[str]:
+    """The entries to remove so the cache fits `cap`: least recently used first, never one in use (the cache
+    may stay over the cap when what is left is all in use)."""
+    total = sum(e.size for e in found)
+    chosen = []
+    for e in sorted(found, key=lambda e: e.last_used):
+        if total <= cap:
+            break
+        if e.key in in_use:
+            continue
+        chosen.append(e.key)
+        total -= e.size
+    return chosen
+
+
+def evict(root: Path, in_use: set[str], cap: int) -> list[str]:
+    """Remove what `to_evict` picks (each under its build lock, so never one being built); the keys removed."""
+    removed = []
+    for key in to_evict(entries(root), in_use, cap):
+        with locked(root, key):
+            remove_tree(entry_dir(root, key))
+            (root / f"{key}.json").unlink(missing_ok=True)
+        removed.append(key)
+    for stale in root.glob(f"{PARTIAL_PREFIX}*"):  # a build whose worker died mid-way
+        if time.time() - stale.lstat().st_mtime > 24 * 3600:
+            remove_tree(stale)
+    return removed

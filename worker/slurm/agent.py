@@ -1,0 +1,323 @@
+"""`rankzero slurm-agent`: hands the queued jobs of one pool to Slurm and keeps their rows true.
+
+Each period: submit queued jobs (claim → batch script → `sbatch --parsable` → the Slurm job id on the row),
+one `squeue` for all of them (one `sacct` for those it does not list), then per job: Slurm's reading
+(worker/slurm/states.py) → a row write through core/jobs.py; events.jsonl is ingested as a worker does
+(worker/ingest.py, idempotent on seq); a cancel is a marker file and `scancel`. Everything it needs is
+in the database and the run dirs: a restarted agent picks up where it was (a job it submitted but did not
+record is found by its Slurm job name), and nothing is ingested twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy.engine import Engine
+
+from core import jobs
+from core.settings import Settings
+from core.tables import JobStatus
+from trainer.entrypoint import parse_entrypoint
+from trainer.run_dir import RunDir, job_run_dir
+from trainer.spec import JobSpec
+from worker import bundles, errors, run_record
+from worker.ingest import EventTail, Ingestor
+from worker.launch import job_env, rank_env
+from worker.script_jobs import entrypoint_values, script_job_env, script_workdir
+from worker.slurm import commands, rows
+from worker.slurm.prepare import BASE_SPEC
+from worker.slurm.rank import LAUNCH_FILE
+from worker.slurm.script import CANCEL_MARK, BatchJob, batch_log, job_name, render
+from worker.slurm.states import Phase, Reading, SlurmJob, read
+
+log = logging.getLogger("rankzero.slurm")
+S = JobStatus
+NODES_EVERY_S = 30.0  # how often the hosts page's picture of the cluster (`sinfo`) is refreshed
+
+
+def nice_for(priority: int) -> int:
+    """rankzero priority (−1000..1000) → sbatch --nice (0..2000; higher priority, lower nice)."""
+    return max(0, min(2000, 1000 - priority))
+
+
+def gpus_per_node(spec: JobSpec, settings: Settings) -> int:
+    per_rank = settings.slurm_gpus_per_rank
+    if spec.device == "cuda":
+        per_rank = max(1, per_rank)
+    elif spec.device == "cpu":
+        per_rank = 0
+    return per_rank * spec.nproc
+
+
+def ending(reading: Reading, *, finished: bool, script: bool, hole: str | None,
+           failure: errors.Failure | None, exit_code: int | None) -> tuple[JobStatus, str, dict]:  # fmt: skip
+    """How an attempt Slurm says has ended ends the job: (status, timeline words, error columns). A
+    success is only what the trainer vouches for (`finished`, a whole record); a script's, its exit 0."""
+    if reading.status is S.succeeded:
+        if exit_code not in (None, 0):
+            reading = Reading(Phase.ended, f"{reading.words} (exit code {exit_code})", S.failed)
+        elif not script and not finished:
+            hole = hole or "the trainer wrote no `finished` event"
+        if reading.status is S.succeeded and hole is None:
+            return S.succeeded, reading.words, {"exit_code": 0, "eta_s": 0.0}
+        if reading.status is S.succeeded:
+            return S.failed, f"{reading.words}, but its record is not whole", {"error": hole, "exit_code": exit_code}
+    if reading.status is S.cancelled:
+        return S.cancelled, reading.words, {"exit_code": exit_code}
+    error = failure.text() if failure is not None else reading.words
+    if failure is not None and failure.rank is None:
+        error = f"{reading.words}\n{error}"
+    cols = {"error": error[:20000], "exit_code": exit_code, "failed_rank": failure.rank if failure else None}
+    return S.failed, reading.words, cols
+
+
+@dataclass
+class _Watched:
+    """What the agent holds in memory for a job (rebuilt from the row and the run dir after a restart)."""
+
+    tail: EventTail
+    ingestor: Ingestor
+    attempt: int
+
+
+@dataclass
+class Agent:
+    engine: Engine
+    settings: Settings
+    run: commands.Runner = field(default_factory=commands.Runner)
+    watched: dict[int, _Watched] = field(default_factory=dict)
+    nodes_at: float = -NODES_EVERY_S  # when `sinfo` last ran (monotonic)
+
+    @property
+    def pool(self) -> str:
+        if self.settings.slurm_pool is None:
+            raise ValueError("RANKZERO_SLURM_POOL is not set: name the pool this agent hands to Slurm")
+        return self.settings.slurm_pool
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.settings.resolved_runs_dir
+
+    @property
+    def compute_runs_dir(self) -> Path:
+        return self.settings.slurm_runs_dir or self.runs_dir
+
+    # --- one period -------------------------------------------------------------------------
+
+    def step(self) -> None:
+        for job_id in rows.queued(self.engine, self.pool):
+            self._submit(job_id)
+        live = rows.live(self.engine, self.pool)
+        for row in live:
+            if row.backend_job_id is None:
+                self._adopt_or_resubmit(row)
+        live = rows.live(self.engine, self.pool)
+        ids = [r.backend_job_id for r in live if r.backend_job_id]
+        if ids:
+            seen = commands.squeue(self.run)
+            missing = [i for i in ids if i not in seen]
+            seen.update(commands.sacct(self.run, missing))
+            for row in live:
+                if row.backend_job_id:
+                    try:
+                        self._follow(row, seen.get(row.backend_job_id))
+                    except jobs.FencedOut:
+                        self.watched.pop(row.job_id, None)
+        rows.heartbeat(self.engine, [r.job_id for r in live])
+        if time.monotonic() - self.nodes_at >= NODES_EVERY_S:
+            self.nodes_at = time.monotonic()
+            rows.replace_nodes(self.engine, self.pool, commands.sinfo(self.run))
+
+    # --- submitting -------------------------------------------------------------------------
+
+    def _submit(self, job_id: int) -> None:
+        job = rows.claim(self.engine, job_id, None, self.runs_dir, self.pool, f"handed to Slurm (pool {self.pool})")
+        if job is None:
+            return
+        self._sbatch(job_id, job.attempt, job.spec, job.priority)
+
+    def _adopt_or_resubmit(self, row: rows.Row) -> None:
+        """A live row without a Slurm job id: the agent died between claim and record. Adopt the Slurm job
+        of that name if there is one, else submit it now."""
+        found = commands.find_by_name(self.run, job_name(self.pool, row.job_id, row.attempt))
+        if found is not None:
+            rows.record_submitted(self.engine, row.job_id, row.attempt, found, row.attempt)
+            return
+        if row.status is S.cancelling:
+            jobs.finish(
+                self.engine, row.job_id, S.cancelled, detail="cancelled before Slurm ran it", attempt=row.attempt
+            )
+            return
+        self._sbatch(row.job_id, row.attempt, row.spec, int(row.spec.get("priority") or 0))
+
+    def _sbatch(self, job_id: int, attempt: int, raw_spec: dict, priority: int) -> None:
+        try:
+            script = self._write_job_files(job_id, attempt, raw_spec, priority)
+            slurm_id = commands.sbatch(self.run, script)
+        except (ValueError, OSError, commands.SlurmError, bundles.BundleUnavailable) as exc:
+            error = f"Slurm did not take the job: {exc}"
+            jobs.finish(self.engine, job_id, S.failed, detail="sbatch refused", attempt=attempt, error=error[:4000])
+            log.warning("job %s: %s", job_id, error)
+            return
+        rows.record_submitted(self.engine, job_id, attempt, slurm_id, attempt)
+        rows.set_reason(self.engine, job_id, attempt, f"Slurm job {slurm_id}: submitted")
+        jobs.note(self.engine, job_id, f"submitted to Slurm as job {slurm_id}")
+        log.info("job %s attempt %s: Slurm job %s", job_id, attempt, slurm_id)
+
+    def _write_job_files(self, job_id: int, attempt: int, raw_spec: dict, priority: int) -> Path:
+        """spec.slurm.json, a script job's launch file, and the batch script, in the run dir; its path."""
+        spec = JobSpec.model_validate(raw_spec)
+        s = self.settings
+        local = RunDir(job_run_dir(self.runs_dir, job_id))
+        remote = RunDir(job_run_dir(self.compute_runs_dir, job_id))
+        for folder in (local.root, local.logs, local.checkpoints, local.tensorboard):
+            folder.mkdir(parents=True, exist_ok=True)
+        spec_dict = spec.model_dump(mode="json")
+        (local.root / BASE_SPEC).write_text(json.dumps(spec_dict, indent=2))
+        env_fields = job_env(remote, spec_dict, job_id, attempt, s)
+        code = bundles.code_dir(spec, s)
+        if spec.is_script:
+            entry = parse_entrypoint(str(spec.entrypoint))
+            work = script_workdir(local, entry, code)
+            argv = entry.expanded(entrypoint_values(remote, job_id, s)).argv()
+            launch = {"argv": argv, "cwd": str(remote.root / work.relative_to(local.root))}
+            (local.root / LAUNCH_FILE).write_text(json.dumps(launch))
+            env_fields.update(_script_env(spec_dict))
+        env = bundles.pythonpath_first(rank_env(f"{job_id}-{attempt}-slurm", None, s, env_fields), code)
+        env.pop("CUDA_VISIBLE_DEVICES", None)  # Slurm sets it for the GPUs it gives
+        job = BatchJob(
+            pool=self.pool, job_id=job_id, first_attempt=attempt, run_root=remote.root,
+            python=s.slurm_python or sys.executable,
+            nnodes=spec.nnodes, ntasks_per_node=spec.nproc, gpus_per_node=gpus_per_node(spec, s),
+            partition=s.slurm_partition, account=s.slurm_account, qos=s.slurm_qos,
+            time_limit_min=s.slurm_time_limit_min, signal_margin_s=s.slurm_signal_margin_s,
+            nice=nice_for(priority) if s.slurm_nice_for_priority else None,
+            extra_options=tuple(s.slurm_sbatch_options.split()), env=env, script=spec.is_script,
+        )  # fmt: skip
+        path = local.root / f"slurm_attempt_{attempt}.sbatch"
+        path.write_text(render(job))
+        return path
+
+    # --- following --------------------------------------------------------------------------
+
+    def _follow(self, row: rows.Row, slurm: SlurmJob | None) -> None:
+        first = row.first_attempt or row.attempt
+        if row.status is S.cancelling:
+            self._cancel(row)
+        reading = read(slurm, first, row.status is S.cancelling)
+        target = first + (slurm.restarts if slurm is not None else 0)
+        if reading.phase is Phase.unknown:
+            self._ingest(row)
+            return
+        if target > row.attempt and row.status is not S.cancelling:
+            row = self._requeued(row, target, reading)
+        if reading.phase is Phase.pending:
+            if row.status is S.running:  # Slurm requeued it without a restart we saw: back to waiting
+                return
+            if row.pending_reason != reading.words:
+                rows.set_reason(self.engine, row.job_id, row.attempt, reading.words)
+        elif reading.phase is Phase.running:
+            if row.status is S.starting:
+                rows.mark_running(self.engine, row.job_id, row.attempt, reading.words)
+            self._ingest(row)
+        elif reading.phase is Phase.ended:
+            self._end(row, reading, slurm)
+
+    def _requeued(self, row: rows.Row, target: int, reading: Reading) -> rows.Row:
+        """Slurm restarted the job (preemption, the time limit, a node failure): the attempt that ran ends
+        as requeued (its events ingested), and the row becomes attempt `target`, waiting in Slurm."""
+        self._ingest(row)
+        self.watched.pop(row.job_id, None)
+        words = f"requeued by Slurm: resumes from its newest checkpoint as attempt {target}"
+        # starting or running → queued → starting as attempt `target` (one that never ran moves on too).
+        jobs.requeue(self.engine, row.job_id, words, attempt=row.attempt)
+        rows.claim(self.engine, row.job_id, target, self.runs_dir, self.pool, reading.words)
+        return rows.Row(row.job_id, S.starting, target, row.backend_job_id, row.first_attempt, None, row.spec)
+
+    def _cancel(self, row: rows.Row) -> None:
+        """The marker tells the batch script not to requeue the checkpointed ranks; scancel stops them."""
+        assert row.backend_job_id is not None
+        try:
+            (job_run_dir(self.runs_dir, row.job_id) / CANCEL_MARK).touch()
+            commands.scancel(self.run, row.backend_job_id)
+        except (OSError, commands.SlurmError) as exc:
+            log.warning("job %s: scancel %s: %s (retried next period)", row.job_id, row.backend_job_id, exc)
+
+    def _ingest(self, row: rows.Row) -> None:
+        w = self.watched.get(row.job_id)
+        if w is None or w.attempt != row.attempt:
+            run = RunDir(job_run_dir(self.runs_dir, row.job_id))
+            tail = w.tail if w is not None else EventTail(run.events)
+            w = _Watched(tail, Ingestor(self.engine, row.job_id, run.root, attempt=row.attempt), row.attempt)
+            self.watched[row.job_id] = w
+        while batch := w.tail.read():
+            w.ingestor.ingest(batch)
+
+    def _end(self, row: rows.Row, reading: Reading, slurm: SlurmJob | None) -> None:
+        run = RunDir(job_run_dir(self.runs_dir, row.job_id))
+        self._ingest(row)
+        w = self.watched.pop(row.job_id, None)
+        if row.status is not S.cancelling and stopped_resumably(list(run_record.read_events(run))):
+            self._resubmit(row, reading)
+            return
+        finished = bool(w and w.ingestor.seen.finished) or any(
+            e.get("type") == "finished" for e in run_record.read_events(run)
+        )
+        script = bool(row.spec.get("entrypoint"))
+        exit_code = slurm.exit_code if slurm is not None else None
+        failure = None
+        if reading.status is S.failed or exit_code not in (None, 0):
+            failure = errors.diagnose(run, row.attempt, batch_log(run.root), exit_code)
+        hole = run_record.hole_in_record(run, expect_finished=not script) if reading.status is S.succeeded else None
+        status, words, cols = ending(reading, finished=finished, script=script, hole=hole, failure=failure,
+                                     exit_code=exit_code)  # fmt: skip
+        jobs.finish(self.engine, row.job_id, status, detail=words, attempt=row.attempt, **cols)
+        log.info("job %s: %s (%s)", row.job_id, status.value, words)
+
+    def _resubmit(self, row: rows.Row, reading: Reading) -> None:
+        """The attempt checkpointed on a stop signal but Slurm ended the job instead of requeueing it (with
+        GraceTime a preempted job that exits is recorded as finished; a failed self-requeue): rankzero
+        submits it again, so no job is lost. The new Slurm job resumes from the checkpoint."""
+        words = f"{reading.words}; it had checkpointed on a stop signal: submitted again to resume"
+        jobs.requeue(self.engine, row.job_id, words, attempt=row.attempt)
+        job = rows.claim(self.engine, row.job_id, None, self.runs_dir, self.pool, "handed to Slurm again")
+        if job is not None:
+            self._sbatch(row.job_id, job.attempt, job.spec, job.priority)
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def run_forever(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                self.step()
+            except commands.SlurmError as exc:
+                log.warning("Slurm unavailable this period: %s", exc)
+            except Exception:
+                log.exception("slurm agent period failed; retrying")
+            stop.wait(self.settings.slurm_poll_s)
+
+
+def stopped_resumably(events: list[dict]) -> bool:
+    """Did the run's last attempt end with the trainer's `stopped` event (a checkpoint, exit 75)?"""
+    for event in reversed(events):
+        kind = event.get("type")
+        if kind in ("stopped", "finished", "failed", "started"):
+            return kind == "stopped"
+    return False
+
+
+def _script_env(spec_dict: dict) -> dict[str, str]:
+    """A script job's own variables (world size, accumulation): as worker/launch.py gives them."""
+    values = script_job_env(spec_dict, ())
+    out = {}
+    if values.get("world_size"):
+        out["RANKZERO_WORLD_SIZE"] = str(values["world_size"])
+    if values.get("accumulation_steps"):
+        out["RANKZERO_ACCUMULATION_STEPS"] = str(values["accumulation_steps"])
+    return out

@@ -1,0 +1,133 @@
+"""Slurm's command-line tools, the agent's one transport: a small, stable command set (sbatch --parsable,
+squeue -O, sacct -P, scancel, scontrol requeue, sinfo), each with a timeout, and pure parsers of their output.
+
+`squeue` lists the agent user's jobs in one call per period (`--me -t all`: finished jobs stay listed until
+MinJobAge); a job it does not list is asked of `sacct` (accounting may be off: then it stays unknown).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from worker.slurm.states import SlurmJob, exit_status
+
+SQUEUE_FIELDS = ("JobID", "State", "Reason", "NodeList", "Partition", "RestartCnt", "StartTime", "exit_code")
+SACCT_FIELDS = ("JobID", "State", "Reason", "NodeList", "Partition", "ExitCode", "Start")
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed or timed out (its stderr, shortened, says why)."""
+
+
+@dataclass(frozen=True)
+class Runner:
+    """Runs Slurm's commands with `env` (SLURM_CONF, say) and a timeout."""
+
+    env: Mapping[str, str] | None = None
+    timeout_s: float = 30.0
+
+    def __call__(self, argv: Sequence[str], stdin: str | None = None) -> str:
+        try:
+            done = subprocess.run(
+                list(argv), input=stdin, env=dict(self.env) if self.env is not None else None, capture_output=True,
+                text=True, timeout=self.timeout_s, check=False,
+            )  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SlurmError(f"{argv[0]}: {exc}") from None
+        if done.returncode != 0:
+            raise SlurmError(f"{' '.join(argv[:2])}: {(done.stderr or done.stdout).strip()[-800:] or 'failed'}")
+        return done.stdout
+
+
+def parse_squeue(text: str) -> dict[str, SlurmJob]:
+    """`squeue -h -O <SQUEUE_FIELDS with "|" after each>` → job id → SlurmJob (array and het parts kept)."""
+    found: dict[str, SlurmJob] = {}
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) < len(SQUEUE_FIELDS) or not parts[0]:
+            continue
+        job_id, state, reason, nodes, partition, restarts, start, code = parts[: len(SQUEUE_FIELDS)]
+        found[job_id] = SlurmJob(
+            job_id, state, reason, nodes, partition, int(restarts) if restarts.isdigit() else 0, start,
+            exit_status(code) if code else None,
+        )  # fmt: skip
+    return found
+
+
+def parse_sacct(text: str) -> dict[str, SlurmJob]:
+    """`sacct -n -P -X -o <SACCT_FIELDS>` → job id → its last record (a requeued job has several)."""
+    found: dict[str, SlurmJob] = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) < len(SACCT_FIELDS) or not parts[0]:
+            continue
+        job_id, state, reason, nodes, partition, code, start = parts[: len(SACCT_FIELDS)]
+        found[job_id] = SlurmJob(job_id, state, reason, nodes, partition, 0, start, exit_status(code))
+    return found
+
+
+def squeue(run: Runner) -> dict[str, SlurmJob]:
+    fmt = ",".join(f"{f}:|" for f in SQUEUE_FIELDS)
+    return parse_squeue(run(["squeue", "--me", "-h", "-t", "all", "-O", fmt]))
+
+
+def sacct(run: Runner, job_ids: Iterable[str]) -> dict[str, SlurmJob]:
+    """Finished jobs' records; {} when accounting is off (nothing is concluded from that)."""
+    ids = sorted(set(job_ids))
+    if not ids:
+        return {}
+    try:
+        return parse_sacct(run(["sacct", "-n", "-P", "-X", "-j", ",".join(ids), "-o", ",".join(SACCT_FIELDS)]))
+    except SlurmError:
+        return {}
+
+
+def sbatch(run: Runner, script: Path) -> str:
+    """Submit `script`; the Slurm job id (`--parsable` prints "id" or "id;cluster")."""
+    out = run(["sbatch", "--parsable", str(script)]).strip()
+    job_id = out.split(";", 1)[0]
+    if not job_id.isdigit():
+        raise SlurmError(f"sbatch printed {out!r}, not a job id")
+    return job_id
+
+
+def find_by_name(run: Runner, name: str) -> str | None:
+    """The id of the agent user's live job named `name` (one the agent submitted but never recorded)."""
+    out = run(["squeue", "--me", "-h", "-n", name, "-O", "JobID:|"])
+    ids = [line.split("|")[0].strip() for line in out.splitlines() if line.strip()]
+    return ids[0] if ids else None
+
+
+def scancel(run: Runner, job_id: str, signal: str | None = None) -> None:
+    run(["scancel", *([f"--signal={signal}"] if signal else []), job_id])
+
+
+def requeue(run: Runner, job_id: str) -> None:
+    run(["scontrol", "requeue", job_id])
+
+
+@dataclass(frozen=True)
+class NodeState:
+    node: str
+    partition: str
+    state: str
+    reason: str
+    cpus: str
+    gres: str
+
+
+def parse_sinfo(text: str) -> list[NodeState]:
+    nodes = []
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) >= 6:
+            nodes.append(NodeState(*(p.strip() for p in parts[:6])))
+    return nodes
+
+
+def sinfo(run: Runner) -> list[NodeState]:
+    """Every node of every partition: its state and why (the hosts page of a Slurm pool)."""
+    return parse_sinfo(run(["sinfo", "-h", "-N", "-o", "%N|%P|%T|%E|%c|%G"]))

@@ -1,0 +1,135 @@
+"""The Slurm agent's reads and writes of job rows. Transitions go through core/jobs.py (`transition`,
+`finish`, `requeue`); the few column writes that have no transition (the Slurm job id, Slurm's pending
+reason, one heartbeat UPDATE for every live job of the pool) are here, each conditional on the row's attempt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import select as columns_of
+from sqlalchemy import update
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, col, select
+
+from core import jobs
+from core.db import now_sql
+from core.job_state import LIVE
+from core.tables import Job, JobStatus, SlurmNode
+from trainer.run_dir import job_run_dir
+from worker.slurm.commands import NodeState
+
+S = JobStatus
+
+
+@dataclass(frozen=True)
+class Row:
+    """What the agent needs of one live job of its pool."""
+
+    job_id: int
+    status: JobStatus
+    attempt: int
+    backend_job_id: str | None
+    first_attempt: int | None
+    pending_reason: str | None
+    spec: dict
+
+
+def queued(engine: Engine, pool: str, limit: int = 100) -> list[int]:
+    """Queued jobs of the pool, as the scheduler would order them (priority, then age)."""
+    with Session(engine) as s:
+        rows = s.exec(
+            select(Job.id)
+            .where(col(Job.status) == S.queued, col(Job.queue) == pool)
+            .order_by(col(Job.priority).desc(), col(Job.created_at), col(Job.id))
+            .limit(limit)
+        ).all()
+    return [int(r) for r in rows if r is not None]
+
+
+def live(engine: Engine, pool: str) -> list[Row]:
+    """The pool's live jobs: the columns the agent reads, in one query (no ORM objects: a period's cost)."""
+    columns = (col(Job.id), col(Job.status), col(Job.attempt), col(Job.backend_job_id),
+               col(Job.backend_first_attempt), col(Job.pending_reason), col(Job.spec))  # fmt: skip
+    with Session(engine) as s:
+        found = s.execute(columns_of(*columns).where(col(Job.status).in_(list(LIVE)), col(Job.queue) == pool)).all()
+    return [Row(int(i), JobStatus(st), int(a), b, f, r, sp) for i, st, a, b, f, r, sp in found]
+
+
+def claim(engine: Engine, job_id: int, attempt: int | None, runs_dir: Path, pool: str, detail: str) -> Job | None:
+    """queued → starting as attempt `attempt` (None: the row's attempt + 1), handed to Slurm."""
+    with Session(engine) as s:
+        won = jobs.transition(
+            s, job_id, S.starting, expect=S.queued, detail=detail,
+            attempt=Job.attempt + 1 if attempt is None else attempt, worker_host=f"slurm:{pool}",
+            heartbeat_at=now_sql(s), run_dir=str(job_run_dir(runs_dir, job_id)), pid=None, exit_code=None,
+            failed_rank=None, pending_reason="handing the job to Slurm",
+        )  # fmt: skip
+        s.commit()
+        if not won:
+            return None
+        job = s.get(Job, job_id)
+        if job is None:
+            return None
+        s.refresh(job)
+        s.expunge(job)
+        return job
+
+
+def record_submitted(engine: Engine, job_id: int, attempt: int, backend_job_id: str, first_attempt: int) -> bool:
+    with engine.begin() as conn:
+        result = conn.execute(
+            update(Job)
+            .where(col(Job.id) == job_id, col(Job.attempt) == attempt, col(Job.status).in_(list(LIVE)))
+            .values(backend_job_id=backend_job_id, backend_first_attempt=first_attempt)
+        )
+        return result.rowcount == 1
+
+
+def set_reason(engine: Engine, job_id: int, attempt: int, reason: str) -> None:
+    with engine.begin() as conn:
+        conn.execute(
+            update(Job).where(col(Job.id) == job_id, col(Job.attempt) == attempt).values(pending_reason=reason)
+        )
+
+
+def mark_running(engine: Engine, job_id: int, attempt: int, detail: str) -> bool:
+    """starting → running (the ranks are Slurm's: no pid on this host)."""
+    with Session(engine) as s:
+        won = jobs.transition(
+            s, job_id, S.running, expect=S.starting, detail=detail, fence=attempt, pid=None,
+            heartbeat_at=now_sql(s), pending_reason=None,
+        )  # fmt: skip
+        s.commit()
+        return won
+
+
+def heartbeat(engine: Engine, job_ids: list[int]) -> None:
+    """One UPDATE for every live job the agent watches: recovery never mistakes them for lost."""
+    if not job_ids:
+        return
+    with engine.begin() as conn:
+        conn.execute(
+            update(Job)
+            .where(col(Job.id).in_(job_ids), col(Job.status).in_(list(LIVE)))
+            .values(heartbeat_at=now_sql(conn))
+        )
+
+
+def replace_nodes(engine: Engine, pool: str, nodes: list[NodeState]) -> None:
+    """The pool's nodes as `sinfo` shows them now, in place of the last snapshot (one transaction)."""
+    with Session(engine) as s:
+        for old in s.exec(select(SlurmNode).where(col(SlurmNode.pool) == pool)).all():
+            s.delete(old)
+        s.flush()
+        seen = set()
+        for n in nodes:
+            key = (n.node[:200], n.partition.rstrip("*")[:100])
+            if key in seen:
+                continue
+            seen.add(key)
+            reason = None if n.reason in ("", "none") else n.reason[:2000]
+            s.add(SlurmNode(pool=pool, node=key[0], partition=key[1], state=n.state[:100], reason=reason,
+                            cpus=n.cpus[:40], gres=n.gres[:400]))  # fmt: skip
+        s.commit()
