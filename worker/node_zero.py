@@ -44,6 +44,7 @@ from worker.decide import restart_or_fail as decide_restart_or_fail
 from worker.launch import Topology, free_port, launch, port_taken
 from worker.outcome import apply
 from worker.stop_reason import grace_s, stop_note, stop_reason
+from worker.user_paths import for_job, scrub
 from worker.watch import Watcher, fold_rollups, peer_window_s, silent_peer
 
 log = logging.getLogger("rankzero.worker")
@@ -98,6 +99,12 @@ def claim_and_run(
 # --- launching ----------------------------------------------------------------------------------
 
 
+def _fail_before_launch(engine: Engine, settings: Settings, job_id: int, number: int, detail: str, error: str) -> None:
+    """Nothing runs yet: the job fails saying why, with no path of the worker's in it (worker/user_paths.py)."""
+    error = scrub(error, for_job(settings, job_id)) or error
+    jobs.finish(engine, job_id, S.failed, detail=detail, attempt=number, error=error)
+
+
 def _run_attempt(engine: Engine, settings: Settings, job: Job, spec: JobSpec, cuda: str | None, layout: Layout) -> str:
     """Launch attempt `job.attempt` of a claimed job (node 0) and supervise it to its outcome."""
     job_id, number = job.id, job.attempt
@@ -113,7 +120,7 @@ def _run_attempt(engine: Engine, settings: Settings, job: Job, spec: JobSpec, cu
     except Exception as exc:  # nothing runs yet: the job fails saying why, never stays `starting`
         log.exception("job %s attempt %s: preparing the launch failed", job_id, number)
         error = f"the worker could not prepare attempt {number}: {type(exc).__name__}: {exc}"
-        jobs.finish(engine, job_id, S.failed, detail="worker error", attempt=number, error=error)
+        _fail_before_launch(engine, settings, job_id, number, "worker error", error)
         return f"job {job_id}: worker error before launch"
     if latest is not None and not spec.is_script:  # a script finds its own (rankzero.load_checkpoint)
         spec_dict["resume_from"] = str(latest)
@@ -127,15 +134,14 @@ def _run_attempt(engine: Engine, settings: Settings, job: Job, spec: JobSpec, cu
                           keep_alive=lambda: jobs.touch_live(engine, job_id, number),
                           environment=ready.root if ready is not None else None)  # fmt: skip
     except bundles.BundleUnavailable as exc:
-        jobs.finish(engine, job_id, S.failed, detail="code bundle unavailable", attempt=number, error=str(exc))
+        _fail_before_launch(engine, settings, job_id, number, "code bundle unavailable", str(exc))
         return f"job {job_id}: code bundle unavailable"
     except environments.EnvironmentFailed as exc:  # the job's requirements: never a host loss, nor a restart
-        jobs.finish(engine, job_id, S.failed, detail="preparing the environment failed", attempt=number,
-                    error=str(exc))  # fmt: skip
+        _fail_before_launch(engine, settings, job_id, number, "preparing the environment failed", str(exc))
         return f"job {job_id}: environment failed"
     except OSError as exc:
         error = f"could not start torchrun: {exc}"
-        jobs.finish(engine, job_id, S.failed, detail="launch failed", attempt=number, error=error)
+        _fail_before_launch(engine, settings, job_id, number, "launch failed", error)
         return f"job {job_id}: launch failed"
     pid = launched.proc.pid
     artifact_shipping.start_for_attempt(settings, job_id, number, run)  # a host without the API's runs dir

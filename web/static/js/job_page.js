@@ -68,7 +68,8 @@ function renderJob(j) {
   const script = Boolean(job.spec?.entrypoint);
   const facts = [job.owner ? `submitted by ${job.owner}` : null, job.strategy, batch,
     !script && job.spec?.model?.name && `model ${job.spec.model.name}`, !script && job.spec?.data?.name && `data ${job.spec.data.name}`,
-    !job.placement && job.worker_host && `on ${job.worker_host}`, job.attempt > 1 ? `attempt ${job.attempt}` : null,
+    !job.placement && job.worker_host && `on ${job.worker_host}`,
+    job.backend_job_id && `Slurm job ${job.backend_job_id}`, job.attempt > 1 ? `attempt ${job.attempt}` : null,
     job.priority ? `priority ${job.priority}` : null,
     job.host_losses ? `lost its host ${job.host_losses === 1 ? "once" : `${job.host_losses} times`}` : null,
     job.tags?.length ? `tags ${job.tags.join(", ")}` : null].filter(Boolean);
