@@ -55,6 +55,10 @@ class JobPublic(BaseModel):
     backend_job_id: str | None = Field(
         None, description="The Slurm job id of a job of a Slurm pool (worker_host: 'slurm:<pool>'); null otherwise."
     )
+    # --- the jobs list's metric columns (issue 24: GET /api/jobs?metrics=NAME) ---
+    metrics: dict[str, float] | None = Field(
+        None, description="The latest value of each series asked for with `metrics` (GET /api/jobs); null otherwise."
+    )
 
     @classmethod
     def from_row(cls, job: Job, owners: Mapping[int, str] | None = None) -> JobPublic:

@@ -127,7 +127,7 @@ class ConsoleFeed:
             {"type": EventType.metric.value, "time": now, "step": p.step, "name": p.name, "value": p.value}
             for p in points
         ]
-        new = ingestor.ingest_metrics(metrics, progress=progress)
+        new = ingestor.ingest_metrics(metrics, progress=progress, steps_from_metrics=False)
         self.written_progress.update(progress)
         self._note_series({p.name for p in points})
         return new

@@ -473,7 +473,9 @@ class Ingestor:
             new += self._ingest_batch(events[start : start + BATCH])
         return new
 
-    def ingest_metrics(self, events: list[TimedMetric], progress: dict[str, Any] | None = None) -> int:
+    def ingest_metrics(
+        self, events: list[TimedMetric], progress: dict[str, Any] | None = None, *, steps_from_metrics: bool = True
+    ) -> int:
         """Metric events from another source than events.jsonl (TensorBoard files: worker/tensorboard.py).
 
         Written as `metric` events are, skipping steps already held per name (so a restarted worker
@@ -481,6 +483,8 @@ class Ingestor:
         metric_rollup.EXTERNAL_SEQ_BASE up, never one of events.jsonl's), folded into the rollups in
         the same transaction; `ingested_seq` is not touched. Returns how many points were new.
         `progress`: job row columns to write with them (the console's step counter: worker/console_feed.py).
+        `steps_from_metrics`: False for the console's points, whose steps are its counter's (sent in `progress`
+        when it moves): a dict line keyed by an earlier counter value must not move the job's step back.
         """
         batch = self._new_batch(progress)
         seq = self._next_external_seq()
@@ -489,7 +493,7 @@ class Ingestor:
             line: _MetricLine = {**ev, "seq": seq}
             _write_metric(batch, line)
             seq += len(batch.points) - before
-        if "step" not in batch.progress:  # the console's own step counter comes with its points
+        if steps_from_metrics and "step" not in batch.progress:
             self._step_from_metrics(batch)
         if not batch.points and not batch.progress:
             return 0

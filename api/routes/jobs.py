@@ -18,7 +18,7 @@ from api import submit_policy
 from api.auth import may_change_job
 from api.deps import CurrentUser, JobId, SessionDep, SettingsDep, job_or_404
 from api.models import ErrorDetail, JobDetail, JobPage, JobPublic, TransitionPublic
-from core import audit, bundles, jobs, quotas, team_pass
+from core import audit, bundles, job_sort, jobs, quotas, team_pass
 from core.db import get_read_engine
 from core.settings import Settings
 from core.tables import Job, JobStatus, JobTransition, User
@@ -200,8 +200,29 @@ def list_jobs(  # noqa: PLR0913 (one parameter per filter)
     tag: Annotated[
         str | None, Query(max_length=40, pattern=r"^[A-Za-z0-9._:-]+$", description="Only jobs with this tag.")
     ] = None,
+    sort: Annotated[
+        str | None,
+        Query(
+            max_length=220,
+            description="Order: created (default -created: newest first), name, status, step, loss, param:NAME "
+            "(a spec params value) or metric:NAME (a series' latest value); a leading - for descending. Jobs "
+            "without the value come last.",
+        ),
+    ] = None,
+    metrics: Annotated[
+        list[str] | None,
+        Query(
+            max_length=job_sort.MAX_METRIC_COLUMNS,
+            description="Series (repeatable) whose latest value each job carries in `metrics`: the list's columns.",
+        ),
+    ] = None,
 ) -> Response:
-    """Jobs, newest first. Archived jobs are hidden unless `archived=true`."""
+    """Jobs, newest first unless `sort` says otherwise. Archived jobs are hidden unless `archived=true`."""
+    try:
+        order = job_sort.order_by(job_sort.parse_sort(sort), session.get_bind().dialect.name)
+        columns = job_sort.parse_metric_columns(metrics or [])
+    except job_sort.BadSort as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
     query = select(Job)
     if status_:
         query = query.where(col(Job.status).in_(status_))
@@ -219,14 +240,14 @@ def list_jobs(  # noqa: PLR0913 (one parameter per filter)
     # carry the total, counts separately.
     count = select(func.count()).select_from(query.subquery())
     page = session.execute(
-        query.add_columns(count.scalar_subquery().label("total"))
-        .order_by(col(Job.id).desc())
-        .limit(limit)
-        .offset(offset)
+        query.add_columns(count.scalar_subquery().label("total")).order_by(*order).limit(limit).offset(offset)
     ).all()
     total = page[0][1] if page else session.exec(count).one()
     owners = owner_names(session, [job for job, _ in page])
     items = [JobPublic.from_row(job, owners) for job, _ in page]
+    if columns:
+        latest = job_sort.latest_metrics(session, [item.id for item in items], columns)
+        items = [item.model_copy(update={"metrics": latest.get(item.id, {})}) for item in items]
     return _json(JobPage.model_construct(items=items, total=total, limit=limit, offset=offset))
 
 

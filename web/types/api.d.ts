@@ -278,7 +278,7 @@ export interface paths {
         };
         /**
          * List Jobs
-         * @description Jobs, newest first. Archived jobs are hidden unless `archived=true`.
+         * @description Jobs, newest first unless `sort` says otherwise. Archived jobs are hidden unless `archived=true`.
          */
         get: operations["list_jobs_api_jobs_get"];
         put?: never;
@@ -1369,6 +1369,13 @@ export interface components {
             id: number;
             /** Latest Loss */
             latest_loss: number | null;
+            /**
+             * Metrics
+             * @description The latest value of each series asked for with `metrics` (GET /api/jobs); null otherwise.
+             */
+            metrics?: {
+                [key: string]: number;
+            } | null;
             /** Name */
             name: string;
             /**
@@ -1550,6 +1557,13 @@ export interface components {
             id: number;
             /** Latest Loss */
             latest_loss: number | null;
+            /**
+             * Metrics
+             * @description The latest value of each series asked for with `metrics` (GET /api/jobs); null otherwise.
+             */
+            metrics?: {
+                [key: string]: number;
+            } | null;
             /** Name */
             name: string;
             /**
@@ -3274,6 +3288,10 @@ export interface operations {
                 archived?: boolean | null;
                 /** @description Only jobs with this tag. */
                 tag?: string | null;
+                /** @description Order: created (default -created: newest first), name, status, step, loss, param:NAME (a spec params value) or metric:NAME (a series' latest value); a leading - for descending. Jobs without the value come last. */
+                sort?: string | null;
+                /** @description Series (repeatable) whose latest value each job carries in `metrics`: the list's columns. */
+                metrics?: string[] | null;
             };
             header?: never;
             path?: never;

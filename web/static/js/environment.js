@@ -1,7 +1,7 @@
 // @ts-check
 // A job's own packages panel (spec `environment`; GET /api/jobs/{id}/environment): the locked packages and
 // versions every node and restart installs, how the last preparation went ("cached in 0.03 s", a failure
-// with uv's message), and the tail of uv's output. Hidden for a job without an environment (404).
+// with uv's message), and the tail of uv's output. Hidden for a job without an environment (never asked).
 import { ApiError, api } from "./api.js";
 import { $, h, setText } from "./dom.js";
 import { fmtBytes } from "./format.js";
@@ -50,5 +50,16 @@ async function load() {
   }
 }
 
-load();
-timer = setInterval(load, REFRESH_MS);
+/** Only a job whose spec names an environment has one: others never ask (a 404 is a console error). */
+async function start() {
+  try {
+    const job = /** @type {{spec?: {environment?: unknown}}} */ (await api(`/jobs/${jobId}`));
+    if (!job.spec?.environment) return;
+  } catch {
+    return; // the job page itself says when the job cannot be read
+  }
+  load();
+  timer = setInterval(load, REFRESH_MS);
+}
+
+start();

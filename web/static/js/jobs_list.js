@@ -1,6 +1,8 @@
 // @ts-check
 // Jobs list: filters and paging mirrored in the URL, polled every 2 s, rows updated in place
-// (so focus and ticked boxes survive the refresh), ticked jobs go to the compare page.
+// (so focus and ticked boxes survive the refresh), ticked jobs go to the compare page. Optional columns
+// (a parameter of the spec's `params`, or a metric's latest value) and the order (any sortable header)
+// are asked of the server (GET /api/jobs `sort`, `metrics`: core/job_sort.py), so they hold across pages.
 import { api, ApiError } from "./api.js";
 import { $, h, setText, debounce } from "./dom.js";
 import { fmtAgo, fmtDuration, fmtInt, fmtNumber, fmtRate, jobDuration, progressFraction } from "./format.js";
@@ -10,7 +12,9 @@ import { STATES } from "./meta.js";
 const PAGE_SIZE = 25;
 const POLL_MS = 2000;
 
-const state = { status: "", name: "", mine: false, offset: 0, total: 0 };
+const state = { status: "", name: "", mine: false, offset: 0, total: 0, sort: "", /** @type {string[]} */ cols: [] };
+const MAX_METRIC_COLUMNS = 5; // the server's limit (core/job_sort.py)
+const PARAM_NAME = /^[A-Za-z_][A-Za-z0-9_.]{0,63}$/;
 const selected = new Set();
 const rows = new Map(); // job id -> {tr, cells}
 let timer = null;
@@ -31,6 +35,8 @@ function readUrl() {
   state.name = q.get("name") || "";
   state.mine = q.get("mine") === "true";
   state.offset = Math.max(0, parseInt(q.get("offset") || "0", 10) || 0);
+  state.sort = q.get("sort") || "";
+  state.cols = q.getAll("col").filter(validColumn);
   $("#filter-status").value = state.status;
   $("#filter-name").value = state.name;
   $("#filter-mine").checked = state.mine;
@@ -42,6 +48,8 @@ function writeUrl() {
   if (state.name) q.set("name", state.name);
   if (state.mine) q.set("mine", "true");
   if (state.offset) q.set("offset", String(state.offset));
+  if (state.sort) q.set("sort", state.sort);
+  state.cols.forEach((c) => q.append("col", c));
   const s = q.toString();
   history.replaceState(null, "", s ? `?${s}` : location.pathname);
 }
@@ -76,6 +84,7 @@ function makeRow(job) {
     cells.strategy,
     h("td", { class: "col-progress" }, h("div", { class: "progress-cell" }, cells.bar, cells.progressText)),
     cells.rate, cells.eta, cells.loss, cells.started, cells.duration,
+    ...state.cols.map((c) => h("td", { class: "num extra", dataset: { label: columnLabel(c) } })),
   );
   return { tr, cells };
 }
@@ -100,6 +109,100 @@ function updateRow(row, job) {
   c.started.title = job.started_at || "";
   setText(c.duration, fmtDuration(jobDuration(job)));
   c.check.checked = selected.has(job.id);
+  const extra = row.tr.querySelectorAll("td.extra");
+  state.cols.forEach((column, i) => setText(extra[i], columnValue(job, column)));
+}
+
+/** @param {string} column `param:NAME` or `metric:NAME` */
+function validColumn(column) {
+  const [kind, ...rest] = column.split(":");
+  const name = rest.join(":");
+  return (kind === "param" && PARAM_NAME.test(name)) || (kind === "metric" && name.length > 0 && name.length <= 200);
+}
+
+/** @param {string} column */
+function columnLabel(column) {
+  const name = column.slice(column.indexOf(":") + 1);
+  return column.startsWith("metric:") ? `${name} (latest)` : name;
+}
+
+/** @param {JobPublic} job @param {string} column */
+function columnValue(job, column) {
+  const name = column.slice(column.indexOf(":") + 1);
+  const value = column.startsWith("param:") ? job.spec?.params?.[name] : job.metrics?.[name];
+  if (value === undefined || value === null) return "–";
+  return typeof value === "number" ? fmtNumber(value, 4) : String(value);
+}
+
+/** The header: sortable columns show their direction (aria-sort); each added column has a remove button. */
+function renderHead() {
+  const head = $("#jobs-head");
+  head.querySelectorAll("th.extra").forEach((th) => th.remove());
+  state.cols.forEach((column) => {
+    const remove = h("button", { type: "button", class: "remove-column", "aria-label": `Remove the ${columnLabel(column)} column`, title: "Remove this column" }, "×");
+    remove.addEventListener("click", () => setColumns(state.cols.filter((c) => c !== column)));
+    head.append(h("th", { scope: "col", class: "num extra", dataset: { sort: column } }, columnLabel(column), " ", remove));
+  });
+  head.querySelectorAll("th[data-sort]").forEach((th) => {
+    const key = th.dataset.sort;
+    const current = state.sort.replace(/^-/, "") === key ? (state.sort.startsWith("-") ? "descending" : "ascending") : null;
+    if (current) th.setAttribute("aria-sort", current); else th.removeAttribute("aria-sort");
+    let button = th.querySelector("button.sort");
+    if (!button) {
+      const label = th.firstChild ? th.firstChild.textContent : key;
+      button = h("button", { type: "button", class: "sort", title: `Sort by ${label}` }, label);
+      th.firstChild?.remove();
+      th.prepend(button);
+      button.addEventListener("click", () => sortBy(key));
+    }
+    setText(button, `${button.textContent.replace(/ [▲▼]$/, "")}${current ? (current === "ascending" ? " ▲" : " ▼") : ""}`);
+  });
+}
+
+/** Click a header: ascending first (newest first for Started), then the other way. */
+function sortBy(key) {
+  const first = key === "created" ? `-${key}` : key;
+  state.sort = state.sort === first ? (first.startsWith("-") ? key : `-${key}`) : first;
+  state.offset = 0;
+  writeUrl();
+  renderHead();
+  refresh();
+}
+
+/** @param {string[]} cols */
+function setColumns(cols) {
+  state.cols = cols;
+  if (state.sort && !cols.includes(state.sort.replace(/^-/, "")) && /^-?(param|metric):/.test(state.sort)) state.sort = "";
+  for (const row of rows.values()) row.tr.remove();
+  rows.clear(); // the rows are rebuilt with the new cells
+  writeUrl();
+  renderHead();
+  refresh();
+}
+
+function addColumn() {
+  const name = $("#column-name").value.trim();
+  const column = `${$("#column-kind").value}:${name}`;
+  if (!validColumn(column)) {
+    setText($("#list-state"), $("#column-kind").value === "param"
+      ? "A parameter name starts with a letter or _, then letters, digits, _ or ." : "Give the metric's series name.");
+    return;
+  }
+  if (column.startsWith("metric:") && state.cols.filter((c) => c.startsWith("metric:")).length >= MAX_METRIC_COLUMNS) {
+    setText($("#list-state"), `At most ${MAX_METRIC_COLUMNS} metric columns.`);
+    return;
+  }
+  $("#column-name").value = "";
+  if (!state.cols.includes(column)) setColumns([...state.cols, column]);
+}
+
+/** Offer the parameter names the listed jobs have. @param {JobPublic[]} jobs */
+function offerParams(jobs) {
+  const names = new Set(jobs.flatMap((j) => Object.keys(j.spec?.params || {})));
+  const list = $("#column-names");
+  const have = Array.from(list.children).map((o) => o.getAttribute("value")).join();
+  const want = [...names].sort();
+  if (have !== want.join()) list.replaceChildren(...want.map((n) => h("option", { value: n })));
 }
 
 /** @param {JobPage} page */
@@ -118,6 +221,7 @@ function render(page) {
   const current = Array.from(body.children).map((tr) => Number(tr.dataset.jobId));
   if (current.join() !== ids.join()) ids.forEach((id) => body.append(rows.get(id).tr));
 
+  offerParams(page.items);
   state.total = page.total;
   $("#jobs-empty").hidden = page.total > 0;
   const first = page.total ? state.offset + 1 : 0;
@@ -141,7 +245,10 @@ async function refresh() {
   inflight = controller;
   try {
     const page = await api("/jobs", {
-      query: { status: state.status, name: state.name, mine: state.mine ? "true" : null, limit: PAGE_SIZE, offset: state.offset },
+      query: {
+        status: state.status, name: state.name, mine: state.mine ? "true" : null, limit: PAGE_SIZE, offset: state.offset,
+        sort: state.sort || null, metrics: state.cols.filter((c) => c.startsWith("metric:")).map((c) => c.slice(7)),
+      },
       signal: controller.signal,
     });
     // Paged past the end (jobs filtered away): step back to the last page.
@@ -174,6 +281,9 @@ function onFilterChange() {
 
 fillStatusFilter();
 readUrl();
+renderHead();
+$("#add-column").addEventListener("click", addColumn);
+$("#column-name").addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); addColumn(); } });
 $("#job-filters").addEventListener("submit", (e) => { e.preventDefault(); onFilterChange(); });
 $("#filter-status").addEventListener("change", onFilterChange);
 $("#filter-mine").addEventListener("change", onFilterChange);
