@@ -57,7 +57,7 @@ class JobPublic(BaseModel):
     )
     # --- the jobs list's metric columns (issue 24: GET /api/jobs?metrics=NAME) ---
     metrics: dict[str, float] | None = Field(
-        default=None, description="The latest value of each series asked for with `metrics` (GET /api/jobs); null otherwise."
+        default=None, description="The latest value of each series asked for with `metrics` (GET /api/jobs), else null."
     )
 
     @classmethod

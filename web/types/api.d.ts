@@ -1371,7 +1371,7 @@ export interface components {
             latest_loss: number | null;
             /**
              * Metrics
-             * @description The latest value of each series asked for with `metrics` (GET /api/jobs); null otherwise.
+             * @description The latest value of each series asked for with `metrics` (GET /api/jobs), else null.
              */
             metrics?: {
                 [key: string]: number;
@@ -1559,7 +1559,7 @@ export interface components {
             latest_loss: number | null;
             /**
              * Metrics
-             * @description The latest value of each series asked for with `metrics` (GET /api/jobs); null otherwise.
+             * @description The latest value of each series asked for with `metrics` (GET /api/jobs), else null.
              */
             metrics?: {
                 [key: string]: number;
