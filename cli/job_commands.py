@@ -142,11 +142,16 @@ def jobs(  # noqa: PLR0913 (one parameter per command-line option)
     owner: Annotated[str | None, typer.Option(help="Only this user's jobs.")] = None,
     tag: Annotated[str | None, typer.Option(help="Only jobs with this tag.")] = None,
     archived: Annotated[bool, typer.Option("--archived", help="Archived jobs (hidden otherwise).")] = False,
+    sort: Annotated[
+        str | None,
+        typer.Option(help="Order: created, name, status, step, loss, param:NAME or metric:NAME; --sort=-KEY descending."),
+    ] = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """List jobs, newest first."""
+    """List jobs, newest first (or by --sort)."""
     filters = {"mine": "true" if mine else None, "owner": owner, "tag": tag, "archived": "true" if archived else None}
+    filters["sort"] = sort
     page = call(lambda: client_for(url, token).get("/jobs", status=status, name=name, limit=limit, **filters))
     console.print(views.jobs_table(page["items"]))
     console.print(Text(f"{len(page['items'])} of {page['total']} (times in {views.local_zone()})"))

@@ -303,3 +303,12 @@ def test_logs_on_a_terminal_show_a_jobs_escape_sequences_as_text_and_raw_keeps_t
         assert "\x1b]0;owned\x07\x1b[2J" in raw
     finally:
         stdout.write_text("")
+
+
+def test_jobs_sort_by_a_field_and_refuse_a_bad_key(instance, seeded) -> None:
+    by_name = instance.cli("jobs", "--sort=name", columns=120).stdout
+    assert by_name.index("broken") < by_name.index("done")
+    by_name_desc = instance.cli("jobs", "--sort=-name", columns=120).stdout
+    assert by_name_desc.index("done") < by_name_desc.index("broken")
+    r = instance.cli("jobs", "--sort=speed")
+    assert r.returncode == 1 and "cannot sort by 'speed'" in r.stderr, r.stderr
