@@ -144,7 +144,7 @@ def jobs(  # noqa: PLR0913 (one parameter per command-line option)
     archived: Annotated[bool, typer.Option("--archived", help="Archived jobs (hidden otherwise).")] = False,
     sort: Annotated[
         str | None,
-        typer.Option(help="Order: created, name, status, step, loss, param:NAME or metric:NAME; --sort=-KEY descending."),
+        typer.Option(help="Order: created, name, status, step, loss, param:NAME, metric:NAME; --sort=-KEY descends."),
     ] = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
