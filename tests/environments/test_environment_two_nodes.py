@@ -29,7 +29,10 @@ def _stdout(client: Any, job_id: int, rank: int) -> str:
 
 
 def test_both_nodes_run_the_one_lock_from_their_own_caches(
-    service, start_host, environment_dir: Path, tmp_path: Path
+    service,
+    start_host,  # noqa: F811 (the fixture imported above)
+    environment_dir: Path,
+    tmp_path: Path,
 ) -> None:
     settings, client = service(environment_dir=environment_dir)
     host_b_cache = tmp_path / "host-b-environments"  # host-b has a cache of its own: it installs, never resolves
