@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.event_types import EventType
+from worker import sandbox
 from worker.ingest import TimedMetric
 from worker.procs import pids_with_mark
 
@@ -69,6 +70,14 @@ class Sample:
             TimedMetric(type=EventType.metric.value, time=self.at, step=key, name=name, value=value)
             for name, value in self.points
         ]
+
+
+def job_pids(mark: str) -> list[int]:
+    """An attempt's processes: its sandbox cgroup's list where it has one (one file read), else every process
+    on the host whose environment holds the mark (an unsandboxed attempt: reading each process's environment
+    was a third of the worker's CPU while a job ran, issue 29)."""
+    listed = sandbox.cgroup_pids(mark)
+    return listed if listed else pids_with_mark(mark)
 
 
 def sample_key(at: float) -> int:
@@ -212,7 +221,7 @@ class ResourceWatch:
         self._last_poll = now
         self._polls += 1
         at = time.time()  # when the poll began: samples stay `interval_s` apart however long reading takes
-        procs = [p for p in (_read_proc(pid) for pid in pids_with_mark(self.job_mark)) if p is not None]
+        procs = [p for p in (_read_proc(pid) for pid in job_pids(self.job_mark)) if p is not None]
         points = self._cpu_points(procs, time.monotonic())
         over = None
         if procs:  # none yet (launching) or any more (ended): no process points rather than zeros

@@ -302,6 +302,13 @@ def end(mark: str) -> Ended | None:
     return Ended(killed=killed, oom_kills=ooms)
 
 
+def cgroup_pids(mark: str) -> list[int] | None:
+    """A live attempt's processes as its cgroup lists them (escapees included; one small file read), or None
+    for an attempt without a cgroup on this host (launched unsandboxed, or the host has no writable cgroup)."""
+    prepared = _live.get(mark)
+    return prepared.cgroup.pids() if prepared is not None and prepared.cgroup is not None else None
+
+
 def oom_kills(mark: str) -> int:
     """How many of a live attempt's processes the kernel killed at its memory limit so far."""
     prepared = _live.get(mark)

@@ -292,3 +292,21 @@ def test_gpu_points_from_nvidia_smi(job, monkeypatch, tmp_path):
     assert points["sys/gpu3/memory_mb"] == 4000 and "sys/gpu3/power_w" not in points
     assert "sys/gpu1/util_percent" not in points  # not leased to this job
     assert "--id=0,3" in (tmp_path / "args").read_text()
+
+
+def test_a_sandboxed_attempt_is_listed_by_its_cgroup_not_by_scanning_every_process(monkeypatch):
+    """Issue 29: reading every process's environment each sample was a third of the worker's CPU during a
+    job; an attempt with a cgroup (worker/sandbox.py) is listed by it, escapees included."""
+    from types import SimpleNamespace
+
+    from worker import resources, sandbox
+
+    cgroup = SimpleNamespace(pids=lambda: [os.getpid()])
+    monkeypatch.setitem(sandbox._live, "job-1-abc", SimpleNamespace(cgroup=cgroup))
+    scanned: list[str] = []
+    monkeypatch.setattr(resources, "pids_with_mark", lambda mark: scanned.append(mark) or [4242])
+    assert resources.job_pids("job-1-abc") == [os.getpid()] and scanned == []
+    assert resources.job_pids("job-2-def") == [4242] and scanned == ["job-2-def"]  # no cgroup: the scan
+    empty = SimpleNamespace(cgroup=SimpleNamespace(pids=list))
+    monkeypatch.setitem(sandbox._live, "job-3-ghi", empty)  # a cgroup no process has joined yet: the scan
+    assert resources.job_pids("job-3-ghi") == [4242]
