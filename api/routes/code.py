@@ -176,18 +176,26 @@ def list_code_files(sha256: Sha256, settings: SettingsDep) -> CodeFiles:
         files=found.files,
         unpacked_bytes=found.unpacked_bytes,
         paths=[CodeFile(path=p, size=s) for p, s in found.paths],
-        left_out=[
-            LeftOutFile(
-                path=e.path,
-                bytes=e.bytes,
-                files=e.files,
-                ignore_file=e.rule.file,
-                line=e.rule.line,
-                pattern=e.rule.pattern,
-            )
-            for e in excluded.read_record(settings, sha256)
-        ],  # fmt: skip
+        left_out=_left_out(settings, sha256),
     )
+
+
+def _left_out(settings: Settings, sha256: str) -> list[LeftOutFile]:
+    return [
+        LeftOutFile(
+            path=e.path, bytes=e.bytes, files=e.files, ignore_file=e.rule.file, line=e.rule.line, pattern=e.rule.pattern
+        )
+        for e in excluded.read_record(settings, sha256)
+    ]
+
+
+@router.get("/code/{sha256}/left-out", response_model=list[LeftOutFile], responses={404: {"model": ErrorDetail}})
+def get_left_out(sha256: Sha256, settings: SettingsDep) -> list[LeftOutFile]:
+    """What the upload of this bundle left out, largest first ([] when its uploader sent no record): the job
+    page shows it at once, without fetching the bundle's whole file list."""
+    if not bundles.archive_path(settings, sha256).is_file():
+        raise _not_stored(sha256)
+    return _left_out(settings, sha256)
 
 
 @router.put(

@@ -128,4 +128,7 @@ def _upload_with_record(client: Any, folder: Path, tmp: Path) -> str:
     assert r.status_code == 200 and r.json() == {"entries": 1}, r.text
     refused = client.http.put(f"/code/{packed.sha256}/left-out", content=b"[1]")
     assert refused.status_code == 422 and "entries" in refused.json()["detail"]
+    kept = client.http.get(f"/code/{packed.sha256}/left-out").json()  # what the job page shows, on its own
+    assert [(e["path"], e["ignore_file"]) for e in kept] == [("data/train.bin", ".gitignore")], kept
+    assert client.http.get(f"/code/{'0' * 64}/left-out").status_code == 404
     return f"sha256:{packed.sha256}"

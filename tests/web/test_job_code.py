@@ -77,7 +77,7 @@ def test_job_page_shows_the_bundle_and_lists_its_files_on_request(new_page, web_
     sha = bundle["sha256"]
     page = new_page(permissions=["clipboard-read", "clipboard-write"])
     asked: list[str] = []
-    page.on("request", lambda r: asked.append(r.url) if "/api/code/" in r.url else None)
+    page.on("request", lambda r: asked.append(r.url) if "/files" in r.url and "/api/code/" in r.url else None)
     page.goto(f"{web_service.base}/jobs/{job['id']}")
     page.wait_for_selector("#job-code:not([hidden])")
 

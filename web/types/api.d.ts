@@ -176,7 +176,12 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * Get Left Out
+         * @description What the upload of this bundle left out, largest first ([] when its uploader sent no record): the job
+         *     page shows it at once, without fetching the bundle's whole file list.
+         */
+        get: operations["get_left_out_api_code__sha256__left_out_get"];
         /**
          * Put Left Out
          * @description What `rankzero submit --code` left out of this bundle's upload (the ignore file and line of each), kept
@@ -3064,6 +3069,47 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["CodeFiles"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    get_left_out_api_code__sha256__left_out_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The bundle's sha256 (64 lowercase hex digits). */
+                sha256: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LeftOutFile"][];
                 };
             };
             /** @description Not Found */

@@ -1,12 +1,13 @@
 // @ts-check
 // Job page, code panel: what `rankzero submit --code` left out of the upload, largest first, with the ignore
-// file and line that excluded each (issue 27; GET /api/code/{sha256}/files `left_out`). Shown as soon as the
-// panel shows a bundle: a job that cannot find its data should see why without opening anything.
+// file and line that excluded each (issue 27; GET /api/code/{sha256}/left-out: the record alone, never the
+// bundle's file list, which the panel fetches only when asked). Shown as soon as the panel shows a bundle: a
+// job that cannot find its data should see why without opening anything.
 import { api } from "./api.js";
 import { $, h, setText } from "./dom.js";
 import { fmtBytes, fmtInt } from "./format.js";
 
-/** @typedef {import("../../types/api").components["schemas"]["CodeFiles"]} CodeFiles */
+/** @typedef {import("../../types/api").components["schemas"]["LeftOutFile"]} LeftOutFile */
 
 let shown = "";
 
@@ -15,10 +16,9 @@ async function load(sha) {
   shown = sha;
   const box = $("#code-left-out");
   try {
-    /** @type {CodeFiles} */
-    const listing = await api(`/code/${sha}/files`);
+    /** @type {LeftOutFile[]} */
+    const items = await api(`/code/${sha}/left-out`);
     if (shown !== sha) return;
-    const items = listing.left_out ?? [];
     box.hidden = items.length === 0;
     const files = items.reduce((n, e) => n + e.files, 0);
     const bytes = items.reduce((n, e) => n + e.bytes, 0);
