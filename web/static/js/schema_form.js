@@ -75,7 +75,8 @@ export class SchemaForm {
     const box = h("fieldset", { class: "sub", dataset: { path } }, h("legend", {}, humanTitle(path.split(".").pop(), node)));
     const grid = h("div", { class: "grid" });
     if (node.nullable) {
-      const toggle = h("input", { type: "checkbox", id: fieldId(`${path}-null`) });
+      // A nullable object whose default is null (spec `environment`) starts as None: its empty fields are no value.
+      const toggle = h("input", { type: "checkbox", id: fieldId(`${path}-null`), dataset: { defaultNull: node.default === null ? "true" : "" } });
       toggle.addEventListener("change", () => {
         for (const [p, f] of this.fields) if (p.startsWith(`${path}.`)) f.input.disabled = toggle.checked;
       });
@@ -202,7 +203,8 @@ export class SchemaForm {
   /** Fills every field from a spec; missing keys fall back to the schema's defaults. */
   write(spec) {
     for (const [path, toggle] of this.nullToggles) {
-      toggle.checked = getPath(spec, path) === null;
+      const given = getPath(spec, path);
+      toggle.checked = given === null || (given === undefined && toggle.dataset.defaultNull === "true");
       toggle.dispatchEvent(new Event("change"));
     }
     for (const [path, f] of this.fields) {
