@@ -27,7 +27,7 @@ from core.settings import Settings
 from core.tables import Job, JobStatus, JobTransition
 from trainer.run_dir import RunDir, job_run_dir
 from trainer.spec import JobSpec
-from worker import artifact_shipping, bundles, drain, environments, errors, gpus, procs, run_record
+from worker import artifact_shipping, bundles, drain, environments, errors, gpus, procs, run_record, sandbox
 from worker.attempt import Attempt, Ended, Layout, Limits, StopReason
 from worker.decide import (
     PORT_TAKEN_WORDS,
@@ -41,7 +41,7 @@ from worker.decide import (
     names_checkpoint,
 )
 from worker.decide import restart_or_fail as decide_restart_or_fail
-from worker.launch import Topology, free_port, launch, port_taken
+from worker.launch import Topology, free_port, launch, memory_limit_mb, port_taken
 from worker.outcome import apply
 from worker.stop_reason import grace_s, stop_note, stop_reason
 from worker.user_paths import for_job, scrub
@@ -304,6 +304,19 @@ def _record_outcome(a: Attempt, watch: Watcher, ended: Ended) -> str:
             time.sleep(2.0)
 
 
+def _killed_at_the_limit(a: Attempt, failure: errors.Failure) -> errors.Failure:
+    """The kernel may kill a process at the cgroup's memory limit before a sample sees the job over it: then
+    the failure says so first (torchrun's own account, a SIGKILL, names no cause)."""
+    killed = sandbox.oom_kills(a.mark)
+    if killed:
+        limit = memory_limit_mb(a.spec.model_dump(mode="json"), a.settings)
+        failure.message = (
+            f"over its memory_limit_mb {limit} MiB: the kernel killed {killed} of its processes at the limit "
+            f"(raise memory_limit_mb, or use less memory); {failure.message}"
+        )
+    return failure
+
+
 def _decide(a: Attempt, watch: Watcher, ended: Ended) -> Outcome:
     """Gather what the decision needs (only what its path reads: a peer's verdict may take seconds), then decide."""
     seen = watch.ingestor.seen
@@ -313,7 +326,7 @@ def _decide(a: Attempt, watch: Watcher, ended: Ended) -> Outcome:
     facts = Facts(
         finished=finished,
         failed_event=seen.failed,
-        diagnosed=errors.diagnose(a.run, a.number, a.launcher_log, ended.exit_code)
+        diagnosed=_killed_at_the_limit(a, errors.diagnose(a.run, a.number, a.launcher_log, ended.exit_code))
         if failed_on_its_own(ended, finished)
         else None,
         trouble=run_record.run_dir_trouble(a.run) if failed_on_its_own(ended, finished) else None,

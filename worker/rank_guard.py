@@ -37,7 +37,8 @@ def main(argv: list[str]) -> int:
     signal.signal(DEATH_SIGNAL, supervisor_died)
     code = child.wait()
     if code < 0:  # killed by a signal: die the same way, so the worker reads the same exit status
-        signal.signal(-code, signal.SIG_DFL)
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):  # those two have no handler to reset (OSError)
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
 

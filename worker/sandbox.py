@@ -259,6 +259,8 @@ def _end_when_exited(proc: subprocess.Popen[bytes], mark: str) -> None:
 
 
 _live: dict[str, Prepared] = {}
+_ended_ooms: dict[str, int] = {}  # ended attempts the kernel killed processes of: mark -> how many
+MAX_ENDED_REMEMBERED = 1000
 _lock = threading.Lock()
 
 
@@ -297,6 +299,11 @@ def end(mark: str) -> Ended | None:
         prepared.cgroup.remove()
     with contextlib.suppress(OSError):
         os.close(prepared.watch_write)
+    if ooms:  # the supervisor asks after the sandbox has ended (its failure then names the kernel's kills)
+        with _lock:
+            _ended_ooms[mark] = ooms
+            while len(_ended_ooms) > MAX_ENDED_REMEMBERED:
+                _ended_ooms.pop(next(iter(_ended_ooms)))
     if killed:
         log.info("attempt %s: %d process(es) left in its sandbox were killed at its end", mark, killed)
     return Ended(killed=killed, oom_kills=ooms)
@@ -310,6 +317,8 @@ def cgroup_pids(mark: str) -> list[int] | None:
 
 
 def oom_kills(mark: str) -> int:
-    """How many of a live attempt's processes the kernel killed at its memory limit so far."""
+    """How many of an attempt's processes the kernel killed at its memory limit (so far, or in all once ended)."""
     prepared = _live.get(mark)
-    return prepared.cgroup.oom_kills() if prepared is not None and prepared.cgroup is not None else 0
+    if prepared is not None and prepared.cgroup is not None:
+        return prepared.cgroup.oom_kills()
+    return _ended_ooms.get(mark, 0)
