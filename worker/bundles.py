@@ -21,14 +21,13 @@ bundle, so the recovery sweep never takes the job for lost.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import logging
 import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,7 @@ import httpx
 
 from core import bundles
 from core.settings import Settings
-from worker import bundle_cache
+from worker import bundle_cache, file_lock
 
 log = logging.getLogger("rankzero.worker")
 CACHE_DIRNAME = "bundles"
@@ -84,20 +83,9 @@ class _Ticker:
             self.keep_alive()
 
 
-@contextlib.contextmanager
-def _locked(path: Path, tick: Callable[[], None] = lambda: None) -> Iterator[None]:
-    with open(path, "a+b") as fh:
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:  # another job unpacks this bundle: wait for it, alive
-                tick()
-                time.sleep(0.05)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+def _locked(path: Path, tick: Callable[[], None] = lambda: None) -> contextlib.AbstractContextManager[None]:
+    """One unpack of a bundle at a time on this host (worker/file_lock.py)."""
+    return file_lock.held(path, tick)
 
 
 def ensure(settings: Settings, code: str, keep_alive: KeepAlive | None = None) -> Path:

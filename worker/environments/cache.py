@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -20,9 +19,11 @@ import secrets
 import shutil
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from worker import file_lock
 
 PARTIAL_PREFIX = ".partial-"
 KEY = re.compile(r"^[0-9a-f]{64}$")
@@ -53,20 +54,9 @@ def touch(root: Path, key: str) -> None:
         os.utime(entry_dir(root, key))  # last used (the owner may, read-only or not)
 
 
-@contextlib.contextmanager
-def locked(root: Path, key: str, tick: Callable[[], None] = lambda: None) -> Iterator[None]:
-    with open(root / f".{key}.lock", "a+b") as fh:
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:  # another job builds this entry: wait for it, alive
-                tick()
-                time.sleep(0.05)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+def locked(root: Path, key: str, tick: Callable[[], None] = lambda: None) -> contextlib.AbstractContextManager[None]:
+    """One build of entry `key` at a time on this host (worker/file_lock.py)."""
+    return file_lock.held(root / f".{key}.lock", tick)
 
 
 def partial(root: Path, key: str) -> Path:
