@@ -217,6 +217,14 @@ class EnvironmentSpec(StrictModel):
         max_length=MAX_PACKAGES,
         description="Requirements as pip reads them, e.g. ['einops', 'timm==1.0.9'] (no options or URLs).",
     )
+    lock_from: int | None = Field(
+        None,
+        ge=1,
+        le=2**31 - 1,
+        description="Install the locked versions of this job (its id): a clone keeps exactly its source's "
+        "packages (*Clone & edit* sets it). Requirements edited since are resolved preferring those versions. "
+        "Leave it out to resolve the requirements afresh.",
+    )
 
     @field_validator("requirements")
     @classmethod

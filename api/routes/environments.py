@@ -1,4 +1,5 @@
-"""A job's own Python packages (spec `environment`; worker/environments/): GET /jobs/{id}/environment."""
+"""A job's own Python packages (spec `environment`; worker/environments/): GET /jobs/{id}/environment; what
+a clone carries (`carry_lock`: the source's lock, spec `environment.lock_from`)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,14 @@ from pathlib import Path
 from typing import Any, cast
 
 from fastapi import APIRouter, HTTPException, status
+from sqlmodel import Session
 
 from api.deps import JobId, SessionDep, SettingsDep, job_or_404
 from api.models import EnvironmentPackage, ErrorDetail, JobEnvironmentPublic
+from core.job_state import TERMINAL
 from core.paths import UnsafePath, run_dir_of
-from core.tables import JobEnvironment
+from core.tables import Job, JobEnvironment
+from trainer.spec import JobSpec
 
 router = APIRouter(tags=["environments"])
 LOG_TAIL_BYTES = 16_384
@@ -54,3 +58,44 @@ def get_environment(job_id: JobId, session: SessionDep, settings: SettingsDep) -
         resolved_at=row.resolved_at,
         log_tail=tail,
     )
+
+
+def carry_lock(db: Session, source: Job, spec: dict[str, Any]) -> str | None:
+    """A clone of `source` installs exactly its locked packages: `spec` (the clone's, a copy of the source's) gets
+    `environment.lock_from` = the source when it has a lock (else keeps the source's own lock_from, if any). The
+    words for the page's note, or None when the job names no environment."""
+    env = spec.get("environment")
+    if not isinstance(env, dict):
+        return None
+    row = db.get(JobEnvironment, source.id)
+    if row is not None and row.lock is not None:
+        spec["environment"] = {**env, "lock_from": source.id}
+    lock_from = spec["environment"].get("lock_from")
+    if lock_from is None:
+        return f"Its packages will be resolved afresh (job #{source.id} has no lock yet)."
+    return (
+        f"Its packages keep the versions job #{lock_from} locked (environment.lock_from); remove lock_from to "
+        "resolve them afresh."
+    )
+
+
+def check_lock_from(db: Session, spec: JobSpec) -> None:
+    """422 when `environment.lock_from` names a job whose lock can never be had: no such job, a job without an
+    environment, or one that ended without a lock (a queued or running one may still record it)."""
+    source = spec.environment.lock_from if spec.environment is not None else None
+    if source is None:
+        return
+    job = db.get(Job, source)
+    why = None
+    if job is None:
+        why = f"there is no job {source}"
+    elif not job.spec.get("environment"):
+        why = f"job {source} names no environment, so it has no lock"
+    elif job.status in TERMINAL and ((row := db.get(JobEnvironment, source)) is None or row.lock is None):
+        why = f"job {source} ended without a lock (its environment was never prepared)"
+    if why is not None:
+        raise HTTPException(
+            422,
+            [{"loc": ["body", "environment", "lock_from"], "type": "value_error",
+              "msg": f"environment.lock_from: {why}; remove lock_from to resolve the requirements afresh"}],
+        )  # fmt: skip

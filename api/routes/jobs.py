@@ -18,7 +18,8 @@ from api import submit_policy
 from api.auth import may_change_job
 from api.deps import CurrentUser, JobId, SessionDep, SettingsDep, job_or_404
 from api.models import ErrorDetail, JobDetail, JobPage, JobPublic, TransitionPublic
-from core import audit, bundles, job_sort, jobs, quotas, team_pass
+from api.routes import environments
+from core import audit, bundles, job_sort, jobs, quotas, team_pass, wake
 from core.db import get_read_engine
 from core.settings import Settings
 from core.tables import Job, JobStatus, JobTransition, User
@@ -76,6 +77,7 @@ def submit_job(
     except submit_policy.SpecRefused as exc:
         raise HTTPException(422, [{"loc": list(exc.loc), "msg": exc.msg, "type": "value_error"}]) from None
     _check_resume_owner(session, settings, who, spec)
+    environments.check_lock_from(session, spec)
     try:
         job = jobs.create(
             session,
@@ -298,6 +300,7 @@ def cancel_job(job_id: JobId, session: SessionDep, who: CurrentUser) -> JobPubli
         if jobs.transition(session, job_id, target, expect=current, detail=f"cancel requested by {who.name}"):
             audit.record(session, who, "job.cancel", f"job {job_id}", f"was {current.value}")
             session.commit()
+            wake.after_commit(session.get_bind().engine)  # a supervisor sleeping on commits sees it now
             session.refresh(job)
             return JobPublic.from_row(job)
         session.rollback()

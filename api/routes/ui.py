@@ -22,6 +22,7 @@ from fastapi.templating import Jinja2Templates
 from sqlmodel import Session
 
 from api.auth import CSRF_HEADER, app_settings, session_csrf, token_matches
+from api.routes.environments import carry_lock
 from core import metric_rollup
 from core.db import get_engine
 from core.paths import UnsafePath, run_dir_of
@@ -241,7 +242,8 @@ def _prefill(
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {clone} not found")
         spec = dict(job.spec)
         spec["name"] = _derived_name(job.name, "copy")
-        return spec, f"A copy of job {job.name} (#{job.id}): edit it and submit."
+        packages = carry_lock(db, job, spec)  # the clone installs the source's locked packages (issue 28)
+        return spec, f"A copy of job {job.name} (#{job.id}): edit it and submit." + (f" {packages}" if packages else "")
 
 
 def _script_json(value: Any) -> str:

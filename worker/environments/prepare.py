@@ -225,32 +225,77 @@ def _lock_for(  # noqa: PLR0913
     log_path: Path,
     tick: Callable[[], None],
 ) -> str:
-    """The job's lock: another job's for the same set (recent, or the resumed job's), else a fresh resolution."""
+    """The job's lock: the one `environment.lock_from` names (a clone's source), else another job's for the same
+    set (the resumed job's, or a recent one), else a fresh resolution."""
     ihash = requirements.input_hash(reqs)
     own_torch = requirements.names_own_torch(reqs)
-    found = record.reusable_lock(engine, ihash, base.python, base.torch, settings.environment_reuse_s,
-                                 _resumed_job(spec))  # fmt: skip
-    if found is not None:
-        with open(log_path, "a") as out:
-            out.write("rankzero: the same requirements were resolved for an earlier job: its lock is reused\n")
-    resolved = found if found is not None else resolve_lock(settings, reqs, own_torch, base, log_path, tick)
+    source = getattr(requirements.environment_of(spec), "lock_from", None)
+    if source is not None:
+        resolved = _carried_lock(engine, settings, source, ihash, reqs, own_torch, base, log_path, tick)
+    else:
+        found = record.reusable_lock(engine, ihash, base.python, base.torch, settings.environment_reuse_s,
+                                     _resumed_job(spec))  # fmt: skip
+        if found is not None:
+            _say(log_path, "rankzero: the same requirements were resolved for an earlier job: its lock is reused")
+        resolved = found if found is not None else resolve_lock(settings, reqs, own_torch, base, log_path, tick)
     pins = lock.parse(resolved)
     packages = [{"name": p.name, "version": p.version} for p in pins]
     return record.save_lock(engine, job_id, resolved, packages, own_torch, base.python, base.torch)
 
 
-def resolve_lock(
-    settings: Settings, reqs: list[str], own_torch: bool, base: Service, log_path: Path, tick: Callable[[], None]
+def _say(log_path: Path, line: str) -> None:
+    with open(log_path, "a") as out:
+        out.write(f"{line}\n")
+
+
+def _carried_lock(  # noqa: PLR0913
+    engine: Engine,
+    settings: Settings,
+    source: int,
+    ihash: str,
+    reqs: list[str],
+    own_torch: bool,
+    base: Service,
+    log_path: Path,
+    tick: Callable[[], None],
 ) -> str:
-    """`uv pip compile` of the requirements, preferring the service's versions (its torch pinned, unless the
-    job names its own): the fewer packages an entry holds of its own, the smaller and faster it is."""
+    """The lock of job `source` (spec `environment.lock_from`, what a clone carries), whatever its age: exactly
+    it when the requirements are the source's; requirements edited since are resolved preferring its versions
+    (as `uv lock` keeps a lock file's versions), so only what changed moves."""
+    row = record.get(engine, source)
+    if row is None or row.lock is None:
+        raise EnvironmentFailed(
+            f"environment.lock_from: job {source} has no recorded lock (it never prepared its environment, or was "
+            "deleted): remove lock_from from the spec to resolve the requirements afresh"
+        )
+    if row.input_hash == ihash:
+        _say(log_path, f"rankzero: installing the lock of job {source} (environment.lock_from), unchanged")
+        return row.lock
+    _say(log_path, f"rankzero: the requirements differ from job {source}'s: resolving them, preferring its locked "
+                   "versions (environment.lock_from)")  # fmt: skip
+    return resolve_lock(settings, reqs, own_torch, base, log_path, tick, prefer=row.lock)
+
+
+def resolve_lock(  # noqa: PLR0913
+    settings: Settings,
+    reqs: list[str],
+    own_torch: bool,
+    base: Service,
+    log_path: Path,
+    tick: Callable[[], None],
+    prefer: str | None = None,
+) -> str:
+    """`uv pip compile` of the requirements, preferring the versions of `prefer` (a lock) and then the service's
+    (its torch pinned, unless the job names its own): the fewer packages an entry holds of its own, the smaller
+    and faster it is."""
     root = settings.resolved_environment_dir
     work = root / ".resolve" / secrets.token_hex(8)
     work.mkdir(mode=0o700, parents=True)
     try:
         (work / "requirements.in").write_text("".join(f"{r}\n" for r in reqs))
         # An existing output file is uv's preferences: the service's versions, where the requirements allow.
-        (work / "lock.txt").write_text("".join(f"{n}=={v}\n" for n, v in sorted(base.dists.items())))
+        preferred = {**base.dists, **{p.name: p.version for p in lock.parse(prefer or "")}}
+        (work / "lock.txt").write_text("".join(f"{n}=={v}\n" for n, v in sorted(preferred.items())))
         args = ["pip", "compile", "requirements.in", "-o", "lock.txt", "--python", sys.executable, "--no-header",
                 "--no-annotate", *uv.index_args(settings)]  # fmt: skip
         if not own_torch:
