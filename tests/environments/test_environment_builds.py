@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import os
 import subprocess
 import sys
 import threading
@@ -188,3 +189,47 @@ def test_every_node_installs_the_lock_node_zero_recorded(env_settings, engine, n
     with pytest.raises(EnvironmentFailed, match="node 0 recorded no environment lock"):
         prepare(engine, host("b"), new_job(spec.model_dump(mode="json")), spec, None, tmp_path / "n.log",
                 resolve=False)  # fmt: skip
+
+
+def test_cache_cap_counts_uvs_download_cache(env_settings, engine, new_job, tmp_path) -> None:
+    """uv's download cache lives in the environment dir and counts against the cap: entries that fit the cap
+    alone, with uv's cache making the folder too big, stay; uv's cache is emptied and the folder fits."""
+    wheels = tmp_path / "wheels"
+    for v in ("1.0", "2.0"):
+        make_wheel(wheels, "rzdemo", v)
+    root = tmp_path / "cache"
+    settings = env_settings(environment_offline=True, environment_find_links=wheels, environment_dir=root,
+                            environment_reuse_s=0)  # fmt: skip
+    keys = []
+    for v in ("1.0", "2.0"):
+        spec = _spec(f"rzdemo=={v}")
+        ready = prepare(engine, settings, new_job(spec.model_dump(mode="json"), status="succeeded"), spec, None,
+                        tmp_path / f"{v}.log")  # fmt: skip
+        assert ready is not None
+        keys.append(ready.key)
+    uv_cache = root / cache.UV_CACHE
+    assert any(p.is_file() for p in uv_cache.rglob("*")), "uv downloaded into the environment dir's own cache"
+    whole = cache.disk_use(root)
+    without_uv = _without(root, uv_cache)
+    assert without_uv < whole  # uv's cache takes disk of its own, beyond the entries' (hard-linked) files
+    cap = without_uv + (whole - without_uv) // 2  # the entries fit; the entries and uv's cache do not
+    assert cache.evict(root, set(), cap) == []  # no entry had to go ...
+    assert not uv_cache.exists() and cache.disk_use(root) <= cap  # ... uv's cache did, and the folder fits
+    assert {e.key for e in cache.entries(root)} == set(keys)
+    for key in keys:  # the entries kept their files (their own hard links)
+        assert _run(cache.python_of(root, key), "import rzdemo; print(rzdemo.VERSION)") in {"1.0", "2.0"}
+
+
+def _without(root: Path, folder: Path) -> int:
+    """cache.disk_use(root) with the files of `folder` left out (hard links once, as it counts)."""
+    seen, total = set(), 0
+    for dirpath, dirs, files in os.walk(root):
+        if Path(dirpath) == folder or Path(dirpath).is_relative_to(folder):
+            continue
+        for name in (*files, *dirs):
+            path = Path(dirpath, name)
+            st = path.lstat()
+            if path != folder and (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total

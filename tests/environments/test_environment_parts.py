@@ -26,6 +26,13 @@ def test_eviction_picks_least_recently_used_not_in_use(found, in_use, cap, evict
     assert cache.to_evict(entries, in_use, cap) == evicted
 
 
+def test_eviction_counts_what_is_not_an_entry() -> None:
+    """`total`: the folder's disk use (uv's download cache, lock files): the entries go until it fits."""
+    entries = [cache.Entry("a", 10, 1), cache.Entry("b", 10, 2)]
+    assert cache.to_evict(entries, set(), 25) == []  # the entries alone fit
+    assert cache.to_evict(entries, set(), 25, total=30) == ["a"]  # with 10 more that is no entry they do not
+
+
 def test_lock_parse_install_set_and_key() -> None:
     pins = lock.parse("Six==1.16.0\n# comment\npyjokes==0.8.3 ; python_version >= '3'\n\nsix==1.16.0\n")
     assert [p.line() for p in pins] == ["pyjokes==0.8.3", "six==1.16.0"]

@@ -5,13 +5,19 @@
   rename of its `.partial-*` folder, read-only (files 0444/0555, folders 0555); the sandbox mounts it
   read-only too (worker/sandbox.py).
 - Last used: the entry's mtime, touched at every start. `<key>.json` beside it says its size.
-- Size cap: `to_evict` (pure) picks the least recently used entries no live job uses until the cache fits
-  RANKZERO_ENVIRONMENT_CACHE_MAX_BYTES; `evict` removes them, each under its build lock.
+- Size cap: the whole folder counts, uv's download cache (`.uv-cache`, used by no other uv) included, by the
+  disk its files take (`disk_use`: hard links once; uv links an entry's files to its cache's). Past
+  RANKZERO_ENVIRONMENT_CACHE_MAX_BYTES `evict` empties uv's cache first (an entry keeps its files through its own
+  links, and an evicted entry's bytes are free only once the cache's links to them are gone), then removes what
+  `to_evict` (pure) picks: the least recently used entries no live job uses, each under its build lock.
+- uv's cache is emptied only while no uv command runs on this host: each holds `.uv-cache.lock` shared
+  (`uv_cache_in_use`), the emptying takes it exclusively or waits for the next eviction.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -19,7 +25,7 @@ import secrets
 import shutil
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +34,8 @@ from worker import file_lock
 PARTIAL_PREFIX = ".partial-"
 KEY = re.compile(r"^[0-9a-f]{64}$")
 MARKER = ".rankzero-environment"  # written last inside a built entry: present means complete
+UV_CACHE = ".uv-cache"  # uv's download cache (UV_CACHE_DIR of every uv command, worker/environments/uv.py)
+UV_CACHE_LOCK = ".uv-cache.lock"
 
 
 @dataclass(frozen=True)
@@ -63,15 +71,6 @@ def partial(root: Path, key: str) -> Path:
     return root / f"{PARTIAL_PREFIX}{key}-{secrets.token_hex(4)}"
 
 
-def size_of(folder: Path) -> int:
-    total = 0
-    for dirpath, _, files in os.walk(folder):
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-    return total
-
-
 def make_read_only(folder: Path) -> None:
     for dirpath, dirs, files in os.walk(folder):
         for name in files:
@@ -103,7 +102,7 @@ def remove_tree(folder: Path) -> None:
 
 def publish(root: Path, key: str, tmp: Path, meta: dict[str, object]) -> int:
     """Make the built `tmp` the entry `key`: its size recorded, read-only, then renamed into place."""
-    size = size_of(tmp)
+    size = disk_use(tmp)
     (tmp / MARKER).write_text(json.dumps({**meta, "size": size}))
     make_read_only(tmp)
     (root / f"{key}.json").write_text(json.dumps({**meta, "size": size}))
@@ -118,15 +117,67 @@ def entries(root: Path) -> list[Entry]:
             try:
                 size = int(json.loads((root / f"{path.name}.json").read_text()).get("size", 0))
             except (OSError, ValueError):
-                size = size_of(path)
+                size = disk_use(path)
             found.append(Entry(path.name, size, path.stat().st_mtime))
     return found
 
 
-def to_evict(found: list[Entry], in_use: set[str], cap: int) -> list[str]:
+def disk_use(folder: Path) -> int:
+    """The disk the files under `folder` take (allocated blocks), each hard-linked file once."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for dirpath, dirs, files in os.walk(folder):
+        for name in (*files, *dirs):
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(dirpath, name))
+                if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
+                    if (st.st_dev, st.st_ino) in seen:
+                        continue
+                    seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total
+
+
+@contextlib.contextmanager
+def uv_cache_in_use(root: Path, tick: Callable[[], None] = lambda: None) -> Iterator[None]:
+    """Held (shared) around every uv command: uv's cache is not emptied under it."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / UV_CACHE_LOCK, "a+b") as fh:
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:  # being emptied (briefly): wait, alive
+                tick()
+                time.sleep(0.05)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def empty_uv_cache(root: Path) -> bool:
+    """Remove uv's download cache unless a uv command is running on this host (then False: the next eviction
+    will). The entries keep their files (their own hard links)."""
+    if not (root / UV_CACHE).exists():
+        return True
+    with open(root / UV_CACHE_LOCK, "a+b") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        try:
+            remove_tree(root / UV_CACHE)
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+    return True
+
+
+def to_evict(found: list[Entry], in_use: set[str], cap: int, total: int | None = None) -> list[str]:
     """The entries to remove so the cache fits `cap`: least recently used first, never one in use (the cache
-    may stay over the cap when what is left is all in use)."""
-    total = sum(e.size for e in found)
+    may stay over the cap when what is left is all in use). `total`: the cache's disk use (default: the
+    entries' sizes)."""
+    total = sum(e.size for e in found) if total is None else total
     chosen = []
     for e in sorted(found, key=lambda e: e.last_used):
         if total <= cap:
@@ -139,13 +190,18 @@ def to_evict(found: list[Entry], in_use: set[str], cap: int) -> list[str]:
 
 
 def evict(root: Path, in_use: set[str], cap: int) -> list[str]:
-    """Remove what `to_evict` picks (each under its build lock, so never one being built); the keys removed."""
-    removed = []
-    for key in to_evict(entries(root), in_use, cap):
-        with locked(root, key):
-            remove_tree(entry_dir(root, key))
-            (root / f"{key}.json").unlink(missing_ok=True)
-        removed.append(key)
+    """Fit the cache, uv's download cache included, under `cap`: uv's cache emptied first, then what `to_evict`
+    picks removed (each under its build lock, so never one being built), measured again until it fits or
+    nothing more may go (entries share files, so one may free less than its size); the keys removed."""
+    removed: list[str] = []
+    if disk_use(root) > cap:
+        empty_uv_cache(root)
+        while chosen := to_evict(entries(root), in_use, cap, disk_use(root)):
+            for key in chosen:
+                with locked(root, key):
+                    remove_tree(entry_dir(root, key))
+                    (root / f"{key}.json").unlink(missing_ok=True)
+            removed += chosen
     for stale in root.glob(f"{PARTIAL_PREFIX}*"):  # a build whose worker died mid-way
         if time.time() - stale.lstat().st_mtime > 24 * 3600:
             remove_tree(stale)

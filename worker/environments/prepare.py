@@ -163,8 +163,8 @@ def prepare(  # noqa: PLR0913 (what a preparation needs: the job, where to log, 
     if resolve:
         record.done(engine, job_id, key=ready.key, cached=ready.cached, prepare_s=ready.seconds,
                     size_bytes=_size(settings, ready.key))  # fmt: skip
-        if not ready.cached:
-            _evict(engine, settings)
+    if not ready.cached:  # every host that built (a follower's too) keeps its cache under the cap
+        _evict(engine, settings)
     return ready
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from core.settings import Settings
+from worker.environments import cache
 
 MAX_HEADLINE_CHARS = 2000
 PASSED_ENV = ("PATH", "LANG", "LC_ALL", "SSL_CERT_FILE", "SSL_CERT_DIR", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
@@ -69,9 +70,9 @@ def run(
     """Run uv `argv` (after the binary), its output appended to `log`; raise UvFailed with uv's message."""
     home = settings.resolved_environment_dir / ".uv-home"
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    env = uv_env(settings.resolved_environment_dir / ".uv-cache", home)
+    env = uv_env(settings.resolved_environment_dir / cache.UV_CACHE, home)
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
+    with open(log, "ab") as out, cache.uv_cache_in_use(settings.resolved_environment_dir, tick):
         start = out.tell()
         out.write(f"$ uv {' '.join(argv)}\n".encode())
         out.flush()
