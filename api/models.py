@@ -55,6 +55,14 @@ class JobPublic(BaseModel):
     backend_job_id: str | None = Field(
         None, description="The Slurm job id of a job of a Slurm pool (worker_host: 'slurm:<pool>'); null otherwise."
     )
+    backend_partition: str | None = Field(None, description="The Slurm partition the job was submitted to.")
+    backend_nodes: str | None = Field(
+        None, description="The Slurm nodes it runs (or ran) on, in Slurm's form ('n[1-2]'); null while it waits."
+    )
+    backend_state: str | None = Field(None, description="Slurm's state of the job as last seen ('PENDING', 'RUNNING').")
+    backend_state_words: str | None = Field(
+        None, description="Slurm's state in words ('Slurm job 41: running on n[1-2] in partition gpu')."
+    )
     # --- the jobs list's metric columns (issue 24: GET /api/jobs?metrics=NAME) ---
     metrics: dict[str, float] | None = Field(
         default=None, description="The latest value of each series asked for with `metrics` (GET /api/jobs), else null."
@@ -98,6 +106,10 @@ class JobPublic(BaseModel):
             tags=list(job.tags or []),
             note=job.note,
             backend_job_id=job.backend_job_id,
+            backend_partition=job.backend_partition,
+            backend_nodes=job.backend_nodes,
+            backend_state=job.backend_state,
+            backend_state_words=job.backend_state_words,
         )
 
 

@@ -105,7 +105,8 @@ def jobs_table(items: list[dict[str, Any]]) -> Table:
 SHOW_FIELDS: tuple[tuple[str, str], ...] = (
     ("id", "id"), ("name", "name"), ("owner", "submitted by"), ("status", "status"), ("strategy", "strategy"),
     ("global_batch_size", "global batch"), ("attempt", "attempt"), ("worker_host", "worker"),
-    ("backend_job_id", "Slurm job"),
+    ("backend_job_id", "Slurm job"), ("backend_partition", "partition"), ("backend_nodes", "nodes"),
+    ("backend_state_words", "Slurm says"),
     ("epoch", "epoch"), ("samples", "samples"), ("latest_loss", "latest loss"),
     ("failed_rank", "failed rank"), ("exit_code", "exit code"),
 )  # fmt: skip

@@ -66,6 +66,26 @@ class Observation:
     nodes: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class BackendStatus:
+    """Where and how a backend runs a job now, as its agent last saw it: stored on the row (`jobs.backend_*`,
+    migration 0013_backend_status) and shown by the job page, `rankzero show` and REST."""
+
+    partition: str | None  # Slurm's partition (a Kubernetes backend: its queue)
+    nodes: str | None  # the node list in the backend's own form ("n[1-2]"); None while it waits
+    state: str | None  # the backend's own word for the state ("PENDING", "RUNNING", "COMPLETED")
+    words: str  # that state in rankzero's words: "Slurm job 12: running on n[1-2] in partition gpu"
+
+    def columns(self) -> dict[str, str | None]:
+        """The row's columns, cut to their sizes."""
+        return {
+            "backend_partition": self.partition[:100] if self.partition else None,
+            "backend_nodes": self.nodes[:4000] if self.nodes else None,
+            "backend_state": self.state[:40] if self.state else None,
+            "backend_state_words": self.words[:2000],
+        }
+
+
 class Backend(Protocol):
     """What rankzero asks of whatever runs its jobs. Every method is a call per period or per action;
     `poll` answers for many jobs in one batched call."""

@@ -104,6 +104,12 @@ class Job(SQLModel, table=True):
     # --- a job run by an external backend (core/backends.py; Slurm: worker/slurm/, docs/slurm.md) ---
     backend_job_id: str | None = Field(default=None, max_length=64)  # the Slurm job id while handed to Slurm
     backend_first_attempt: int | None = None  # the attempt its backend's restart 0 runs as (restart r: + r)
+    # As the backend's agent last saw it (migration 0013_backend_status): a Slurm job's partition, node list
+    # (Slurm's compressed form, "n[1-2]"), state ("RUNNING") and that state in rankzero's words.
+    backend_partition: str | None = Field(default=None, max_length=100)
+    backend_nodes: str | None = Field(default=None, sa_column=Column(Text))
+    backend_state: str | None = Field(default=None, max_length=40)
+    backend_state_words: str | None = Field(default=None, sa_column=Column(Text))
 
     # --- team (issue 23): who submitted it, and housekeeping ---
     owner_id: int | None = Field(default=None, foreign_key="users.id", index=True)  # None only for rows of old tests

@@ -62,7 +62,10 @@ def test_the_row_follows_slurm(api_settings: Callable[..., Any]) -> None:
 
     fake.line = "41|PENDING|Resources||low|0|N/A||"
     agent.step()
-    assert row().pending_reason == "Slurm job 41: waiting for resources in partition low"
+    job = row()
+    assert job.pending_reason == "Slurm job 41: waiting for resources in partition low"
+    assert (job.backend_partition, job.backend_nodes, job.backend_state) == ("low", None, "PENDING")
+    assert job.backend_state_words == job.pending_reason
 
     # Requeued before the agent ever saw it run (preempted at once, or the agent was away): attempt 2, waiting.
     fake.line = "41|PENDING|BeginTime||low|1|2026-11-25T14:02:00||"
@@ -75,7 +78,10 @@ def test_the_row_follows_slurm(api_settings: Callable[..., Any]) -> None:
 
     fake.line = "41|RUNNING|None|n[1-2]|low|1|2026-11-25T14:02:05|0|"
     agent.step()
-    assert (row().status, row().attempt, row().pending_reason) == (S.running, 2, None)
+    job = row()
+    assert (job.status, job.attempt, job.pending_reason) == (S.running, 2, None)
+    assert (job.backend_partition, job.backend_nodes, job.backend_state) == ("low", "n[1-2]", "RUNNING")
+    assert job.backend_state_words == "Slurm job 41: running on n[1-2] in partition low"
 
     fake.line = None  # Slurm does not list it, sacct is off: nothing is concluded
     for _ in range(3):
@@ -86,5 +92,6 @@ def test_the_row_follows_slurm(api_settings: Callable[..., Any]) -> None:
     agent.step()
     job = row()
     assert job.status is S.failed  # Slurm says completed, but the trainer's record is not there
+    assert (job.backend_state, job.backend_nodes) == ("COMPLETED", "n[1-2]")
     assert job.error is not None and "events.jsonl is missing" in job.error
     assert [c[0] for c in fake.calls].count("sbatch") == 1  # never submitted twice

@@ -9,85 +9,26 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import func
-from sqlmodel import Session, col, select
+from sqlmodel import Session, select
 
 from core import jobs
-from core.db import get_engine
-from core.migrate import upgrade
-from core.tables import Checkpoint, Job, JobStatus, JobTransition, MetricPoint
+from core.tables import Checkpoint, JobStatus, MetricPoint
 from tests.slurm.cluster import SlurmCluster
 from tests.slurm.conftest import run_dir
+from tests.slurm.driving import TERMINAL, drive, final_checkpoint, submit, timeline
 from tests.support import procs
 from tests.support.jobs import assert_same_weights, reference_weights, slow_spec, wait
 from tests.support.settings import settings_env
 from worker.slurm.agent import Agent
-from worker.slurm.commands import Runner
 
 pytestmark = pytest.mark.slow
 S = JobStatus
 ROOT = Path(__file__).resolve().parents[2]
-TERMINAL = {S.succeeded, S.failed, S.cancelled}
-
-
-@pytest.fixture
-def marker(monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every process of this test's jobs carries it (the agent hands RANKZERO_TEST_RUN to the ranks)."""
-    value = procs.new_marker()
-    monkeypatch.setenv(procs.MARKER_ENV, value)
-    return value
-
-
-@pytest.fixture
-def agent(slurm_settings: Any, slurm_cluster: SlurmCluster, marker: str) -> Iterator[Agent]:
-    upgrade(slurm_settings.resolved_database_url)
-    made = Agent(get_engine(slurm_settings.resolved_database_url), slurm_settings, Runner(env=slurm_cluster.env))
-    try:
-        yield made
-    finally:  # nothing of this test stays in Slurm's queue for the next one
-        out = slurm_cluster.run("squeue", "--me", "-h", "-o", "%i %j", check=False)
-        mine = [line.split()[0] for line in out.splitlines() if f"rankzero-{slurm_settings.slurm_pool}-" in line]
-        if mine:
-            slurm_cluster.run("scancel", *mine, check=False)
-        procs.end_everything(marker)
-
-
-def submit(agent: Agent, spec: dict[str, Any]) -> int:
-    with Session(agent.engine) as s:
-        job = jobs.create(s, spec["name"], spec, agent.pool)
-        assert job.id is not None
-        return job.id
-
-
-def drive(agent: Agent, job_id: int, until: Any, timeout: float = 240) -> Job:
-    """Run the agent's periods (in this process) until `until(job)` holds; the job row then."""
-    deadline = time.monotonic() + timeout
-    while True:
-        agent.step()
-        job = jobs.get_job(agent.engine, job_id)
-        assert job is not None
-        if until(job):
-            return job
-        if time.monotonic() > deadline:
-            log = run_dir(agent.settings, job_id) / "logs" / "slurm_batch.log"
-            raise AssertionError(f"job {job_id} stayed {job.status.value}: {log.read_text() if log.exists() else ''}")
-        time.sleep(agent.settings.slurm_poll_s)
-
-
-def timeline(agent: Agent, job_id: int) -> list[tuple[str, int, str]]:
-    with Session(agent.engine) as s:
-        rows = s.exec(select(JobTransition).where(JobTransition.job_id == job_id).order_by(col(JobTransition.id))).all()
-        return [(r.status.value, r.attempt, r.detail or "") for r in rows]
-
-
-def final_checkpoint(agent: Agent, job_id: int, steps: int) -> Path:
-    return run_dir(agent.settings, job_id) / "checkpoints" / f"step_{steps:08d}.pt"
 
 
 BUILTIN = {"name": "digits", "nproc": 2, "max_steps": 12, "batch_size": 16, "device": "cpu",

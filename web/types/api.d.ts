@@ -1333,6 +1333,26 @@ export interface components {
              */
             backend_job_id?: string | null;
             /**
+             * Backend Nodes
+             * @description The Slurm nodes it runs (or ran) on, in Slurm's form ('n[1-2]'); null while it waits.
+             */
+            backend_nodes?: string | null;
+            /**
+             * Backend Partition
+             * @description The Slurm partition the job was submitted to.
+             */
+            backend_partition?: string | null;
+            /**
+             * Backend State
+             * @description Slurm's state of the job as last seen ('PENDING', 'RUNNING').
+             */
+            backend_state?: string | null;
+            /**
+             * Backend State Words
+             * @description Slurm's state in words ('Slurm job 41: running on n[1-2] in partition gpu').
+             */
+            backend_state_words?: string | null;
+            /**
              * Code Bytes
              * @description The job's code bundle (spec `code`), compressed; its files: GET /api/code/{sha256}/files.
              */
@@ -1530,6 +1550,26 @@ export interface components {
              * @description The Slurm job id of a job of a Slurm pool (worker_host: 'slurm:<pool>'); null otherwise.
              */
             backend_job_id?: string | null;
+            /**
+             * Backend Nodes
+             * @description The Slurm nodes it runs (or ran) on, in Slurm's form ('n[1-2]'); null while it waits.
+             */
+            backend_nodes?: string | null;
+            /**
+             * Backend Partition
+             * @description The Slurm partition the job was submitted to.
+             */
+            backend_partition?: string | null;
+            /**
+             * Backend State
+             * @description Slurm's state of the job as last seen ('PENDING', 'RUNNING').
+             */
+            backend_state?: string | null;
+            /**
+             * Backend State Words
+             * @description Slurm's state in words ('Slurm job 41: running on n[1-2] in partition gpu').
+             */
+            backend_state_words?: string | null;
             /**
              * Created At
              * Format: date-time

@@ -15,7 +15,7 @@ import logging
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sqlalchemy.engine import Engine
@@ -27,17 +27,19 @@ from trainer.entrypoint import parse_entrypoint
 from trainer.run_dir import RunDir, job_run_dir
 from trainer.spec import JobSpec
 from worker import bundles, errors, run_record
-from worker.ingest import EventTail, Ingestor
+from worker.ingest import EventTail, Ingestor, TimedMetric
 from worker.launch import job_env, rank_env
 from worker.script_jobs import entrypoint_values, script_job_env, script_workdir
 from worker.slurm import commands, rows
 from worker.slurm.prepare import BASE_SPEC
 from worker.slurm.rank import LAUNCH_FILE
 from worker.slurm.script import CANCEL_MARK, BatchJob, batch_log, job_name, render
-from worker.slurm.states import Phase, Reading, SlurmJob, read
+from worker.slurm.states import Phase, Reading, SlurmJob, read, status_of
+from worker.tensorboard import TensorBoardTail
 
 log = logging.getLogger("rankzero.slurm")
 S = JobStatus
+TB_POINTS = 20_000  # TensorBoard scalars written per job per period (worker/watch.py TICK_POINTS)
 NODES_EVERY_S = 30.0  # how often the hosts page's picture of the cluster (`sinfo`) is refreshed
 
 
@@ -84,6 +86,8 @@ class _Watched:
     tail: EventTail
     ingestor: Ingestor
     attempt: int
+    tensorboard: TensorBoardTail  # a script's TensorBoard scalars (worker/tensorboard.py), as a worker reads them
+    pending_tb: list[TimedMetric] = field(default_factory=list)
 
 
 @dataclass
@@ -217,6 +221,7 @@ class Agent:
             return
         if target > row.attempt and row.status is not S.cancelling:
             row = self._requeued(row, target, reading)
+        self._show(row, slurm, reading)
         if reading.phase is Phase.pending:
             if row.status is S.running:  # Slurm requeued it without a restart we saw: back to waiting
                 return
@@ -229,6 +234,17 @@ class Agent:
         elif reading.phase is Phase.ended:
             self._end(row, reading, slurm)
 
+    def _show(self, row: rows.Row, slurm: SlurmJob | None, reading: Reading) -> None:
+        """The partition, nodes and state on the row, when they changed (no write per period). An ended job
+        keeps the nodes it ran on when Slurm no longer names them."""
+        if slurm is None:
+            return
+        shown = status_of(slurm, reading)
+        if reading.phase is Phase.ended and shown.nodes is None and row.shown is not None:
+            shown = replace(shown, nodes=row.shown.nodes)
+        if row.shown is None or row.shown.columns() != shown.columns():
+            rows.set_shown(self.engine, row.job_id, row.attempt, shown)
+
     def _requeued(self, row: rows.Row, target: int, reading: Reading) -> rows.Row:
         """Slurm restarted the job (preemption, the time limit, a node failure): the attempt that ran ends
         as requeued (its events ingested), and the row becomes attempt `target`, waiting in Slurm."""
@@ -238,7 +254,8 @@ class Agent:
         # starting or running → queued → starting as attempt `target` (one that never ran moves on too).
         jobs.requeue(self.engine, row.job_id, words, attempt=row.attempt)
         rows.claim(self.engine, row.job_id, target, self.runs_dir, self.pool, reading.words)
-        return rows.Row(row.job_id, S.starting, target, row.backend_job_id, row.first_attempt, None, row.spec)
+        return rows.Row(row.job_id, S.starting, target, row.backend_job_id, row.first_attempt, None, row.spec,
+                        row.shown)  # fmt: skip
 
     def _cancel(self, row: rows.Row) -> None:
         """The marker tells the batch script not to requeue the checkpointed ranks; scancel stops them."""
@@ -254,10 +271,19 @@ class Agent:
         if w is None or w.attempt != row.attempt:
             run = RunDir(job_run_dir(self.runs_dir, row.job_id))
             tail = w.tail if w is not None else EventTail(run.events)
-            w = _Watched(tail, Ingestor(self.engine, row.job_id, run.root, attempt=row.attempt), row.attempt)
+            tensorboard = w.tensorboard if w is not None else TensorBoardTail(run.tensorboard)
+            ingestor = Ingestor(self.engine, row.job_id, run.root, attempt=row.attempt)
+            w = _Watched(tail, ingestor, row.attempt, tensorboard)
             self.watched[row.job_id] = w
         while batch := w.tail.read():
             w.ingestor.ingest(batch)
+        # TensorBoard scalars: idempotent per name and step (a restarted agent re-reads the files from the start).
+        # At most TB_POINTS a period per job, so one large folder never holds the other jobs' periods back.
+        if len(w.pending_tb) < TB_POINTS:
+            w.pending_tb.extend(w.tensorboard.read())
+        if w.pending_tb:
+            w.ingestor.ingest_metrics(w.pending_tb[:TB_POINTS])
+            del w.pending_tb[:TB_POINTS]
 
     def _end(self, row: rows.Row, reading: Reading, slurm: SlurmJob | None) -> None:
         run = RunDir(job_run_dir(self.runs_dir, row.job_id))

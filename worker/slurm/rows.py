@@ -14,6 +14,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
 from core import jobs
+from core.backends import BackendStatus
 from core.db import now_sql
 from core.job_state import LIVE
 from core.tables import Job, JobStatus, SlurmNode
@@ -34,6 +35,7 @@ class Row:
     first_attempt: int | None
     pending_reason: str | None
     spec: dict
+    shown: BackendStatus | None = None  # the partition, nodes and state the row shows now
 
 
 def queued(engine: Engine, pool: str, limit: int = 100) -> list[int]:
@@ -51,10 +53,14 @@ def queued(engine: Engine, pool: str, limit: int = 100) -> list[int]:
 def live(engine: Engine, pool: str) -> list[Row]:
     """The pool's live jobs: the columns the agent reads, in one query (no ORM objects: a period's cost)."""
     columns = (col(Job.id), col(Job.status), col(Job.attempt), col(Job.backend_job_id),
-               col(Job.backend_first_attempt), col(Job.pending_reason), col(Job.spec))  # fmt: skip
+               col(Job.backend_first_attempt), col(Job.pending_reason), col(Job.spec), col(Job.backend_partition),
+               col(Job.backend_nodes), col(Job.backend_state), col(Job.backend_state_words))  # fmt: skip
     with Session(engine) as s:
         found = s.execute(columns_of(*columns).where(col(Job.status).in_(list(LIVE)), col(Job.queue) == pool)).all()
-    return [Row(int(i), JobStatus(st), int(a), b, f, r, sp) for i, st, a, b, f, r, sp in found]
+    return [
+        Row(int(i), JobStatus(st), int(a), b, f, r, sp, BackendStatus(pa, no, sa, w) if w is not None else None)
+        for i, st, a, b, f, r, sp, pa, no, sa, w in found
+    ]
 
 
 def claim(engine: Engine, job_id: int, attempt: int | None, runs_dir: Path, pool: str, detail: str) -> Job | None:
@@ -92,6 +98,12 @@ def set_reason(engine: Engine, job_id: int, attempt: int, reason: str) -> None:
         conn.execute(
             update(Job).where(col(Job.id) == job_id, col(Job.attempt) == attempt).values(pending_reason=reason)
         )
+
+
+def set_shown(engine: Engine, job_id: int, attempt: int, shown: BackendStatus) -> None:
+    """The partition, nodes and Slurm state the job page shows (written only when they change)."""
+    with engine.begin() as conn:
+        conn.execute(update(Job).where(col(Job.id) == job_id, col(Job.attempt) == attempt).values(**shown.columns()))
 
 
 def mark_running(engine: Engine, job_id: int, attempt: int, detail: str) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from core.backends import BackendStatus
 from core.tables import JobStatus
 
 
@@ -126,6 +127,22 @@ def read(job: SlurmJob | None, first_attempt: int, cancel_requested: bool) -> Re
         return Reading(Phase.running, f"{head}: in Slurm state {state or '?'} (not known to rankzero; still watched)")
     status = JobStatus.cancelled if cancel_requested else JobStatus.failed
     return Reading(Phase.ended, f"{head}: {ended}{where}", status)
+
+
+NO_NODES = frozenset({"", "(null)", "None assigned", "None"})  # what squeue / sacct print before an allocation
+
+
+def status_of(job: SlurmJob, reading: Reading) -> BackendStatus:
+    """What the job page shows of a Slurm job: its partition, its nodes (none while it waits), Slurm's state
+    and the reading's words."""
+    nodes = job.nodes.strip()
+    waiting = reading.phase is Phase.pending
+    return BackendStatus(
+        partition=job.partition.strip() or None,
+        nodes=None if waiting or nodes in NO_NODES else nodes,
+        state=base_state(job.state) or None,
+        words=reading.words,
+    )
 
 
 def exit_status(raw: str) -> int | None:

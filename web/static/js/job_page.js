@@ -69,7 +69,8 @@ function renderJob(j) {
   const facts = [job.owner ? `submitted by ${job.owner}` : null, job.strategy, batch,
     !script && job.spec?.model?.name && `model ${job.spec.model.name}`, !script && job.spec?.data?.name && `data ${job.spec.data.name}`,
     !job.placement && job.worker_host && `on ${job.worker_host}`,
-    job.backend_job_id && `Slurm job ${job.backend_job_id}`, job.attempt > 1 ? `attempt ${job.attempt}` : null,
+    job.backend_job_id && `Slurm job ${job.backend_job_id}`, job.backend_partition && `partition ${job.backend_partition}`,
+    job.backend_nodes && `nodes ${job.backend_nodes}`, job.attempt > 1 ? `attempt ${job.attempt}` : null,
     job.priority ? `priority ${job.priority}` : null,
     job.host_losses ? `lost its host ${job.host_losses === 1 ? "once" : `${job.host_losses} times`}` : null,
     job.tags?.length ? `tags ${job.tags.join(", ")}` : null].filter(Boolean);
@@ -100,7 +101,12 @@ function renderPlacement(j) {
   /** @type {JobPlacement | null | undefined} */
   const p = j.placement;
   const live = !TERMINAL.has(j.status);
-  if (!p || !Array.isArray(p.nodes) || !p.nodes.length) { el.hidden = true; return; }
+  if (!p || !Array.isArray(p.nodes) || !p.nodes.length) {
+    // A Slurm pool's job: Slurm's state in words ("Slurm job 41: running on n[1-2] in partition low").
+    el.hidden = !j.backend_state_words;
+    if (j.backend_state_words) el.replaceChildren(h("span", {}, j.backend_state_words));
+    return;
+  }
   const hosts = p.nodes.map((n) => n.host);
   const parts = [`${live ? "Running" : "Ran"} on ${hosts.join(", ")}`];
   const wanted = /** @type {number | undefined} */ (j.spec?.nproc); // the spec crosses as a plain object
