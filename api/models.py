@@ -16,6 +16,18 @@ from core.tables import Checkpoint, Job, JobStatus, JobTransition
 from trainer.spec import JobSpec
 
 
+class EnvironmentEstimate(BaseModel):
+    """At submit, for a job whose requirements ask for another torch than the server's (issue 28): it gets a full
+    environment of its own on each host that runs it, about this big."""
+
+    own_torch: bool = Field(True, description="Always true: the estimate is given only for a job with its own torch.")
+    requirements: list[str] = Field(description="The requirements that exclude the server's torch ('torch==2.3.0').")
+    service_torch: str | None = Field(description="The server's own torch version (null: it has none).")
+    size_bytes: int = Field(description="The estimated disk the environment takes on each host.")
+    basis: str = Field(description="How size_bytes was made, in words (it is an estimate, not a resolution).")
+    note: str = Field(description="The whole estimate as a sentence (what `rankzero submit` prints).")
+
+
 class JobPublic(BaseModel):
     id: int
     name: str
@@ -62,6 +74,12 @@ class JobPublic(BaseModel):
     backend_state: str | None = Field(None, description="Slurm's state of the job as last seen ('PENDING', 'RUNNING').")
     backend_state_words: str | None = Field(
         None, description="Slurm's state in words ('Slurm job 41: running on n[1-2] in partition gpu')."
+    )
+    # --- a job's own packages (issue 28): only in POST /api/jobs's answer ---
+    environment_estimate: EnvironmentEstimate | None = Field(
+        default=None,
+        description="Only in POST /api/jobs's answer: the job's requirements ask for another torch than the "
+        "server's, so it gets a full environment of its own, about this big; null otherwise.",
     )
     # --- the jobs list's metric columns (issue 24: GET /api/jobs?metrics=NAME) ---
     metrics: dict[str, float] | None = Field(

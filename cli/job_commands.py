@@ -80,6 +80,8 @@ def submit(  # noqa: PLR0913 (one parameter per command-line option)
             console.print(notice, markup=False, highlight=False)
     job = call(lambda: client.post("/jobs", json=body))
     _print_queued(job)
+    if estimate := job.get("environment_estimate"):  # its own torch: a full environment, this big (issue 28)
+        console.print(estimate["note"], markup=False, highlight=False, soft_wrap=True)
     if follow:
         _follow_to_end(client, job["id"])
 

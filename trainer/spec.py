@@ -218,7 +218,7 @@ class EnvironmentSpec(StrictModel):
         description="Requirements as pip reads them, e.g. ['einops', 'timm==1.0.9'] (no options or URLs).",
     )
     lock_from: int | None = Field(
-        None,
+        default=None,
         ge=1,
         le=2**31 - 1,
         description="Install the locked versions of this job (its id): a clone keeps exactly its source's "

@@ -1,8 +1,10 @@
 """A job's own Python packages (spec `environment`; worker/environments/): GET /jobs/{id}/environment; what
-a clone carries (`carry_lock`: the source's lock, spec `environment.lock_from`)."""
+a clone carries (`carry_lock`: the source's lock, spec `environment.lock_from`); what submit checks and says
+(`check_lock_from`; `estimate`: the size of a job's own torch)."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 from typing import Any, cast
@@ -11,9 +13,12 @@ from fastapi import APIRouter, HTTPException, status
 from sqlmodel import Session
 
 from api.deps import JobId, SessionDep, SettingsDep, job_or_404
-from api.models import EnvironmentPackage, ErrorDetail, JobEnvironmentPublic
+from api.models import EnvironmentEstimate, EnvironmentPackage, ErrorDetail, JobEnvironmentPublic
+from core.bundles.format import archive_path
+from core.environments import bundle_file, own_torch, requirements_in, service_torch
 from core.job_state import TERMINAL
 from core.paths import UnsafePath, run_dir_of
+from core.settings import Settings
 from core.tables import Job, JobEnvironment
 from trainer.spec import JobSpec
 
@@ -99,3 +104,21 @@ def check_lock_from(db: Session, spec: JobSpec) -> None:
             [{"loc": ["body", "environment", "lock_from"], "type": "value_error",
               "msg": f"environment.lock_from: {why}; remove lock_from to resolve the requirements afresh"}],
         )  # fmt: skip
+
+
+def estimate(spec: JobSpec, settings: Settings) -> EnvironmentEstimate | None:
+    """The size of the full environment a job asking for another torch gets (None: it asks for none): from its
+    `packages` and its requirements file in the bundle (core/environments.py says how the figure is made)."""
+    env = spec.environment
+    if env is None:
+        return None
+    asked = list(env.packages)
+    if env.requirements and spec.code:
+        with contextlib.suppress(ValueError):  # not a bundle ref (the spec refuses it), unreadable text
+            text = bundle_file(archive_path(settings, spec.code), env.requirements)
+            asked += requirements_in(text or "", env.requirements)  # unreadable: the job's start says why
+    found = own_torch(asked, service_torch())
+    if found is None:
+        return None
+    return EnvironmentEstimate(own_torch=True, requirements=found.requirements, service_torch=found.service_torch,
+                               size_bytes=found.size_bytes, basis=found.basis, note=found.note())  # fmt: skip

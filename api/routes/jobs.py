@@ -95,7 +95,9 @@ def submit_job(
             raise
         return _replay(winner, spec, settings, response)
     # Committed: core.jobs.create has woken the scheduler, which places it (no message to send from here).
-    return JobPublic.from_row(job, {who.user_id: who.name})
+    public = JobPublic.from_row(job, {who.user_id: who.name})
+    public.environment_estimate = environments.estimate(spec, settings)  # a job's own torch: how big (issue 28)
+    return public
 
 
 def _check_quota(session: Session, settings: Settings, who: Principal, spec: JobSpec) -> None:

@@ -1194,6 +1194,44 @@ export interface components {
              */
             reduction_factor: number;
         };
+        /**
+         * EnvironmentEstimate
+         * @description At submit, for a job whose requirements ask for another torch than the server's (issue 28): it gets a full
+         *     environment of its own on each host that runs it, about this big.
+         */
+        EnvironmentEstimate: {
+            /**
+             * Basis
+             * @description How size_bytes was made, in words (it is an estimate, not a resolution).
+             */
+            basis: string;
+            /**
+             * Note
+             * @description The whole estimate as a sentence (what `rankzero submit` prints).
+             */
+            note: string;
+            /**
+             * Own Torch
+             * @description Always true: the estimate is given only for a job with its own torch.
+             * @default true
+             */
+            own_torch: boolean;
+            /**
+             * Requirements
+             * @description The requirements that exclude the server's torch ('torch==2.3.0').
+             */
+            requirements: string[];
+            /**
+             * Service Torch
+             * @description The server's own torch version (null: it has none).
+             */
+            service_torch: string | null;
+            /**
+             * Size Bytes
+             * @description The estimated disk the environment takes on each host.
+             */
+            size_bytes: number;
+        };
         /** EnvironmentPackage */
         EnvironmentPackage: {
             /** Name */
@@ -1206,6 +1244,11 @@ export interface components {
          * @description The job's own Python packages, built once per host into an environment layered over the service's.
          */
         EnvironmentSpec: {
+            /**
+             * Lock From
+             * @description Install the locked versions of this job (its id): a clone keeps exactly its source's packages (*Clone & edit* sets it). Requirements edited since are resolved preferring those versions. Leave it out to resolve the requirements afresh.
+             */
+            lock_from?: number | null;
             /**
              * Packages
              * @description Requirements as pip reads them, e.g. ['einops', 'timm==1.0.9'] (no options or URLs).
@@ -1367,6 +1410,8 @@ export interface components {
              * Format: date-time
              */
             created_at: string;
+            /** @description Only in POST /api/jobs's answer: the job's requirements ask for another torch than the server's, so it gets a full environment of its own, about this big; null otherwise. */
+            environment_estimate?: components["schemas"]["EnvironmentEstimate"] | null;
             /**
              * Epoch
              * @description The epoch; null: a script job that never reported one.
@@ -1575,6 +1620,8 @@ export interface components {
              * Format: date-time
              */
             created_at: string;
+            /** @description Only in POST /api/jobs's answer: the job's requirements ask for another torch than the server's, so it gets a full environment of its own, about this big; null otherwise. */
+            environment_estimate?: components["schemas"]["EnvironmentEstimate"] | null;
             /**
              * Epoch
              * @description The epoch; null: a script job that never reported one.

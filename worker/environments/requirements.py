@@ -1,60 +1,24 @@
 """What a job asks for: its spec's packages and its bundle's requirements file, as one normalised list.
 
-Pure apart from reading the one file inside the job's unpacked bundle. Every line goes through the spec's
-own rule (`trainer.spec.check_requirement`: no options, no URLs or paths), so a requirements file cannot
-point uv at another index or at code outside the lock.
+Pure apart from reading the one file inside the job's unpacked bundle (its text read as the API reads it for
+its estimate at submit: core/environments.py). Every line goes through the spec's own rule
+(`trainer.spec.check_requirement`: no options, no URLs or paths), so a requirements file cannot point uv at
+another index or at code outside the lock.
 """
 
 from __future__ import annotations
 
 import hashlib
-import sys
 from pathlib import Path
 from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from core.environments import MAX_FILE_BYTES, TORCH_NAMES, RequirementsError, is_torch_family, requirements_in
 from trainer.spec import MAX_PACKAGES, EnvironmentSpec, check_requirement
 
-MAX_FILE_BYTES = 65_536
-# The packages whose wheels are the heavy part of the service's environment (CUDA included): kept from the
-# service unless the job names one of the first three itself.
-TORCH_NAMES = frozenset({"torch", "torchvision", "torchaudio"})
-
-
-def is_torch_family(name: str) -> bool:
-    n = canonicalize_name(name)
-    return n in TORCH_NAMES or n == "triton" or n.startswith(("nvidia-", "cuda-"))
-
-
-class RequirementsError(ValueError):
-    """The job's requirements cannot be read; the message says which and what to do."""
-
-
-def _lines(text: str) -> list[str]:
-    out = []
-    for raw in text.splitlines():
-        line = raw.split(" #", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
-        if line:
-            out.append(line)
-    return out
-
-
-def _from_pyproject(text: str, where: str) -> list[str]:
-    if sys.version_info < (3, 11):  # pragma: no cover (the images run 3.11+)
-        raise RequirementsError(f"{where}: reading a pyproject.toml needs Python 3.11 on the worker; use a "
-                                "requirements.txt")  # fmt: skip
-    import tomllib
-
-    try:
-        project = tomllib.loads(text).get("project", {})
-    except tomllib.TOMLDecodeError as exc:
-        raise RequirementsError(f"{where} is not valid TOML: {exc}") from None
-    deps = project.get("dependencies", []) if isinstance(project, dict) else []
-    if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
-        raise RequirementsError(f"{where}: [project] dependencies must be a list of strings")
-    return deps
+__all__ = ["RequirementsError", "gather", "input_hash", "is_torch_family", "names_own_torch", "read_file"]
 
 
 def read_file(code_dir: Path | None, relative: str) -> list[str]:
@@ -67,8 +31,7 @@ def read_file(code_dir: Path | None, relative: str) -> list[str]:
         raise RequirementsError(f"environment.requirements: {relative} is not a file in the code bundle")
     if path.stat().st_size > MAX_FILE_BYTES:
         raise RequirementsError(f"{relative} is larger than {MAX_FILE_BYTES:,} bytes: list only the requirements")
-    text = path.read_text(errors="replace")
-    return _from_pyproject(text, relative) if path.name == "pyproject.toml" else _lines(text)
+    return requirements_in(path.read_text(errors="replace"), relative)
 
 
 def gather(spec: EnvironmentSpec, code_dir: Path | None) -> list[str]:
