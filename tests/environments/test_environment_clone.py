@@ -124,3 +124,30 @@ def test_clone_and_edit_carries_the_lock_and_submit_checks_it(
             detail = r.json()["detail"][0]
             assert detail["loc"] == ["body", "environment", "lock_from"] and says in detail["msg"], detail
             assert "remove lock_from" in detail["msg"]
+
+
+def test_a_sweeps_trials_share_its_first_trials_lock(env_settings, engine, new_job, tmp_path) -> None:
+    """However long a sweep runs, its trials compare hyperparameters, not package versions."""
+    from core.tables import Sweep, SweepTrial
+
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "rzdemo", "1.0")
+    settings = env_settings(environment_offline=True, environment_find_links=wheels,
+                            environment_dir=tmp_path / "cache", environment_reuse_s=0)  # fmt: skip
+    spec = _spec("rzdemo")
+    trials = [new_job(spec.model_dump(mode="json")) for _ in range(2)]
+    with Session(engine) as s:
+        sweep = Sweep(name="s", spec={}, queue="default")
+        s.add(sweep)
+        s.flush()
+        assert sweep.id is not None
+        for number, job_id in enumerate(trials):
+            s.add(SweepTrial(sweep_id=sweep.id, number=number, job_id=job_id, params={}))
+        s.commit()
+    first = prepare(engine, settings, trials[0], spec, None, tmp_path / "t0.log")
+    make_wheel(wheels, "rzdemo", "2.0")  # the index moves on mid-sweep
+    second = prepare(engine, settings, trials[1], spec, None, tmp_path / "t1.log")
+    assert first is not None and second is not None and second.key == first.key
+    assert _version(second.python, "rzdemo") == "1.0"
+    outside = prepare(engine, settings, new_job(spec.model_dump(mode="json")), spec, None, tmp_path / "o.log")
+    assert outside is not None and _version(outside.python, "rzdemo") == "2.0"  # not a trial: resolved afresh

@@ -226,15 +226,16 @@ def _lock_for(  # noqa: PLR0913
     tick: Callable[[], None],
 ) -> str:
     """The job's lock: the one `environment.lock_from` names (a clone's source), else another job's for the same
-    set (the resumed job's, or a recent one), else a fresh resolution."""
+    set (the resumed job's or its sweep's first trial's whatever their age, or a recent one), else a fresh
+    resolution."""
     ihash = requirements.input_hash(reqs)
     own_torch = requirements.names_own_torch(reqs)
     source = getattr(requirements.environment_of(spec), "lock_from", None)
     if source is not None:
         resolved = _carried_lock(engine, settings, source, ihash, reqs, own_torch, base, log_path, tick)
     else:
-        found = record.reusable_lock(engine, ihash, base.python, base.torch, settings.environment_reuse_s,
-                                     _resumed_job(spec))  # fmt: skip
+        earlier = _resumed_job(spec) or record.sweep_source(engine, job_id)
+        found = record.reusable_lock(engine, ihash, base.python, base.torch, settings.environment_reuse_s, earlier)
         if found is not None:
             _say(log_path, "rankzero: the same requirements were resolved for an earlier job: its lock is reused")
         resolved = found if found is not None else resolve_lock(settings, reqs, own_torch, base, log_path, tick)

@@ -2,8 +2,9 @@
 
 The lock is written once per job (`save_lock` keeps the first one): every node, restart and later attempt
 reads it back. A new job takes the lock of another job with the same requirements on the same Python and
-torch resolved within RANKZERO_ENVIRONMENT_REUSE_S (or of the job whose checkpoint it resumes, whatever
-its age), so the same set is not resolved again and starts from the cache.
+torch resolved within RANKZERO_ENVIRONMENT_REUSE_S (or, whatever its age, of the job whose checkpoint it
+resumes, or of its sweep's first trial: `sweep_source`), so the same set is not resolved again and starts
+from the cache.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
 from core.job_state import LIVE
-from core.tables import Job, JobEnvironment
+from core.tables import Job, JobEnvironment, SweepTrial
 
 
 def now() -> datetime:
@@ -65,6 +66,23 @@ def reusable_lock(
         query = base.where(col(JobEnvironment.resolved_at) >= since).order_by(col(JobEnvironment.resolved_at).desc())
         row = s.exec(query).first()
         return row.lock if row is not None else None
+
+
+def sweep_source(engine: Engine, job_id: int) -> int | None:
+    """The job of the first trial of this job's sweep that has a lock (None: not a trial, or none has one):
+    a sweep's trials compare hyperparameters, never package versions, however long the sweep runs."""
+    with Session(engine) as s:
+        sweep = s.exec(select(SweepTrial.sweep_id).where(col(SweepTrial.job_id) == job_id)).first()
+        if sweep is None:
+            return None
+        query = (
+            select(SweepTrial.job_id)
+            .join(JobEnvironment, col(JobEnvironment.job_id) == col(SweepTrial.job_id))
+            .where(col(SweepTrial.sweep_id) == sweep, col(SweepTrial.job_id) != job_id,
+                   col(JobEnvironment.lock).is_not(None))
+            .order_by(col(SweepTrial.number))
+        )  # fmt: skip
+        return s.exec(query).first()
 
 
 def save_lock(  # noqa: PLR0913 (the lock and what it was resolved against)
