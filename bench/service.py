@@ -1,6 +1,6 @@
 """The service's benchmark: one run, one table.
 
-    .venv/bin/python bench/service.py [--quick] [--ingest-only] [--baseline DIR] [--rounds N]
+    .venv/bin/python bench/service.py [--quick] [--ingest-only] [--baseline DIR | --base-rev REV] [--rounds N]
 
 1. submit → first optimizer step: POST /jobs to a live API with an idle `rankzero worker`
    (embedded SQLite transport) until rank 0 logs step 1, against a bare `torchrun … -m trainer`
@@ -8,9 +8,11 @@
 2. metric ingest: worker/ingest.py writing 200,000 `metric` events (20,000 at a time) into SQLite and
    PostgreSQL, each measurement in a process of its own, then the checks (every point exactly once;
    the same events again, by a restarted ingester and by a stale one, add nothing). `--baseline DIR`
-   (another checkout, e.g. `git archive <rev> | tar -x -C DIR`) measures its code too, alternating,
-   and prints the ratio: the machine is shared, so compare within one run. Target: ≥ 150,000 points/s
-   on PostgreSQL.
+   (another checkout, e.g. `git archive <rev> | tar -x -C DIR`; `--base-rev HEAD` makes one of the committed
+   code) measures its code too, alternating, and prints the ratio: the machine is shared, so compare within
+   one run. Beside the parsed events, the same events read from an events.jsonl (JSON parsing included) and
+   the chart rollups' fold; each with CPU µs a point (this process + the PostgreSQL backend), which the
+   machine's load does not change. Target: ≥ 150,000 points/s on PostgreSQL.
 3. GET /jobs/{id}/metrics on a 1,000,000-point series with max_points=2000, through the real app
    (bench/metrics_query.py, the API's code). Target: ≤ 150 ms.
 
@@ -157,27 +159,68 @@ def ingest_rate(database_url: str, n: int) -> float:
     return ingest_measure(database_url, n)["rate"]
 
 
+def _server_cpu(engine: Any) -> float:
+    """CPU seconds used so far by the PostgreSQL backends of `engine`'s database (0 for SQLite, which runs in
+    this process and so is in its own CPU time). Read from /proc: the server must be on this machine."""
+    from sqlalchemy import text
+
+    if engine.dialect.name != "postgresql":
+        return 0.0
+    with engine.connect() as conn:
+        pids = conn.execute(text("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")).scalars()
+        total = 0.0
+        for pid in pids:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+@contextmanager
+def _timed(engine: Any, into: dict[str, float]):
+    """Wall seconds, this process's CPU seconds and the database server's CPU seconds of the block."""
+    wall, cpu, server = time.perf_counter(), time.process_time(), _server_cpu(engine)
+    yield
+    into["wall"] = time.perf_counter() - wall
+    into["cpu"] = time.process_time() - cpu
+    into["server_cpu"] = _server_cpu(engine) - server
+
+
 def ingest_measure(database_url: str, n: int) -> dict[str, Any]:
     """Points/s of worker/ingest.py writing `n` metric events (20,000 at a time), then the checks:
     every point stored exactly once, and ingesting the same events again adds nothing — by a fresh
     ingester (a restarted worker: it starts from the row's ingested_seq) and by one that believes
-    nothing was ingested yet (a racing or stale ingester: only the (job, seq) key stops it)."""
-    from sqlalchemy import text
+    nothing was ingested yet (a racing or stale ingester: only the (job, seq) key stops it).
 
+    Three timings: the parsed events into the database (`rate`, the issue's figure); the same events
+    from an events.jsonl through `EventTail` into the database of a second job (`file`: what the
+    supervisor does, JSON parsing included); and folding the first job's points into the chart rollups
+    (`fold`, which the supervisor does every FOLD_EVERY_S). Each with wall time and CPU time (this
+    process's and the PostgreSQL backends'): the CPU figures do not depend on the machine's load."""
+    from sqlalchemy import text
+    from sqlmodel import Session
+
+    from core import metric_rollup
     from core.db import get_engine
     from core.migrate import upgrade
-    from worker.ingest import Ingestor
+    from worker.ingest import EventTail, Ingestor
 
     upgrade(database_url)
     engine = get_engine(database_url)
-    with engine.begin() as conn:
-        conn.execute(
-            text(
-                "INSERT INTO jobs (name, spec, status, attempt, created_at, step, epoch, samples, ingested_seq) "
-                "VALUES ('bench-ingest', '{}', 'running', 1, CURRENT_TIMESTAMP, 0, 0, 0, -1)"
+
+    def new_job() -> int:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO jobs (name, spec, status, attempt, created_at, step, epoch, samples, ingested_seq) "
+                    "VALUES ('bench-ingest', '{}', 'running', 1, CURRENT_TIMESTAMP, 0, 0, 0, -1)"
+                )
             )
-        )
-        job_id = conn.execute(text("SELECT max(id) FROM jobs")).scalar()
+            return conn.execute(text("SELECT max(id) FROM jobs")).scalar_one()
+
+    job_id = new_job()
     now = time.time()
     events = [
         {
@@ -190,27 +233,42 @@ def ingest_measure(database_url: str, n: int) -> dict[str, Any]:
         }
         for i in range(n)
     ]
+    timings: dict[str, dict[str, float]] = {"events": {}, "file": {}, "fold": {}}
     ingestor = Ingestor(engine, job_id)
-    t = time.perf_counter()
-    for start in range(0, n, 20_000):  # as the supervisor sees them: a burst at a time
-        ingestor.ingest(events[start : start + 20_000])
-    took = time.perf_counter() - t
+    with _timed(engine, timings["events"]):
+        for start in range(0, n, 20_000):  # as the supervisor sees them: a burst at a time
+            ingestor.ingest(events[start : start + 20_000])
 
-    def stored() -> tuple[int, int]:
+    def stored(job: int) -> tuple[int, int]:
         with engine.connect() as conn:
             return tuple(  # type: ignore[return-value]
                 conn.execute(
-                    text("SELECT count(*), count(DISTINCT seq) FROM metric_points WHERE job_id = :j"), {"j": job_id}
+                    text("SELECT count(*), count(DISTINCT seq) FROM metric_points WHERE job_id = :j"), {"j": job}
                 ).one()
             )
 
-    first = stored()
+    first = stored(job_id)
     again = sum(Ingestor(engine, job_id).ingest(events[s : s + 20_000]) for s in range(0, n, 20_000))
     stale = Ingestor(engine, job_id)
     stale.ingested_seq, stale.max_step = -1, {}
     stale.ingest(events[:20_000])  # it counts them as its own (it cannot know better); the table must not
-    ok = first == (n, n) and stored() == (n, n) and again == 0
-    return {"rate": n / took, "exactly_once": ok, "stored": first}
+    ok = first == (n, n) and stored(job_id) == (n, n) and again == 0
+
+    with tempfile.TemporaryDirectory(prefix="rankzero-ingest-") as tmp:
+        path = Path(tmp) / "events.jsonl"
+        path.write_text("".join(json.dumps(e) + "\n" for e in events))
+        file_job = new_job()
+        tail, from_file = EventTail(path), Ingestor(engine, file_job)
+        with _timed(engine, timings["file"]):
+            while batch := tail.read():  # 8 MiB a read, as the supervisor's tail
+                for start in range(0, len(batch), 20_000):
+                    from_file.ingest(batch[start : start + 20_000])
+    ok = ok and stored(file_job) == (n, n)
+
+    with _timed(engine, timings["fold"]), Session(engine) as session:
+        folded = metric_rollup.refresh(session, job_id)
+    ok = ok and folded == n
+    return {"rate": n / timings["events"]["wall"], "exactly_once": ok, "stored": first, "n": n, "timings": timings}
 
 
 def ingest_child(repo: str, database_url: str, n: int) -> dict[str, Any]:
@@ -227,33 +285,71 @@ def ingest_child(repo: str, database_url: str, n: int) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+_PHASES = {
+    "events": "metric ingest (parsed events → database)",
+    "file": "metric ingest (events.jsonl → database)",
+    "fold": "chart rollups of those points (refresh)",
+}
+
+
+def _phase_figures(runs: list[dict[str, Any]], phase: str) -> tuple[float, float, float]:
+    """Median wall points/s, and median µs of CPU a point (this process, then the database server)."""
+    walls = [m["n"] / m["timings"][phase]["wall"] for m in runs]
+    client = [1e6 * m["timings"][phase]["cpu"] / m["n"] for m in runs]
+    server = [1e6 * m["timings"][phase]["server_cpu"] / m["n"] for m in runs]
+    return statistics.median(walls), statistics.median(client), statistics.median(server)
+
+
+def _ingest_runs(tmp: Path, store: str, codes: list[tuple[str, str]], n: int, rounds: int) -> dict[str, list]:
+    """`rounds` measurements of each code on `store`, alternating which goes first."""
+    got: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in codes}
+    for r in range(rounds):
+        for label, repo in codes if r % 2 == 0 else codes[::-1]:
+            if store == "SQLite":
+                got[label].append(ingest_child(repo, f"sqlite:///{tmp / f'ingest-{label}-{r}.db'}", n))
+                continue
+            with pg_database() as url:
+                if url:
+                    got[label].append(ingest_child(repo, url, n))
+    return got
+
+
+def _phase_result(this: list[dict[str, Any]], base: list[dict[str, Any]], phase: str) -> tuple[str, float]:
+    """One phase's figures, beside the baseline's when there is one; and this code's wall points/s."""
+    wall, client, server = _phase_figures(this, phase)
+    runs = ", ".join(f"{m['n'] / m['timings'][phase]['wall'] / 1000:.0f}k" for m in this)
+    result = f"{wall:,.0f} points/s (runs: {runs}); CPU {client:.2f} + {server:.2f} µs a point"
+    if base:
+        b_wall, b_client, b_server = _phase_figures(base, phase)
+        result += (
+            f"; baseline {b_wall:,.0f} points/s, CPU {b_client:.2f} + {b_server:.2f} µs; "
+            f"×{wall / b_wall:.2f} wall, ×{(b_client + b_server) / (client + server):.2f} CPU"
+        )
+    return result, wall
+
+
 def ingest_rows(tmp: Path, n: int, rounds: int, baseline: str | None) -> list[tuple[str, str, str, str, str]]:
-    """Ingest into SQLite and PostgreSQL by this code (and by `baseline`'s, alternating): one row each."""
+    """Ingest into SQLite and PostgreSQL by this code (and by `baseline`'s, alternating): rows per phase.
+
+    Wall points/s depend on the machine's load (the client and the server share its cores); the CPU µs a
+    point (this process + the PostgreSQL backend) do not, and say what a point costs on a quiet machine:
+    there the client and the server work at once, so the wall rate lies between 1 / (client + server)
+    and 1 / max(client, server)."""
     codes = [("this", str(ROOT))] + ([("baseline", baseline)] if baseline else [])
     rows = []
     for store in ("SQLite", "PostgreSQL"):
-        got: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in codes}
-        for r in range(rounds):
-            for label, repo in codes if r % 2 == 0 else codes[::-1]:
-                if store == "SQLite":
-                    got[label].append(ingest_child(repo, f"sqlite:///{tmp / f'ingest-{label}-{r}.db'}", n))
-                    continue
-                with pg_database() as url:
-                    if url:
-                        got[label].append(ingest_child(repo, url, n))
+        got = _ingest_runs(tmp, store, codes, n, rounds)
         if not got["this"]:
             continue
-        rate = statistics.median(m["rate"] for m in got["this"])
-        runs = ", ".join(f"{m['rate'] / 1000:.0f}k" for m in got["this"])
         once = all(m["exactly_once"] for m in got["this"])
-        result = f"{rate:,.0f} points/s (runs: {runs}); exactly once: {'yes' if once else 'NO'}"
-        if baseline and got["baseline"]:
-            base = statistics.median(m["rate"] for m in got["baseline"])
-            result += f"; baseline {base:,.0f} points/s, ×{rate / base:.2f}"
-        target, verdict = ("", "")
-        if store == "PostgreSQL":
-            target, verdict = "≥ 150,000 points/s", "pass" if rate >= 150_000 and once else "FAIL"
-        rows.append(("metric ingest", store, result, target, verdict))
+        for phase, title in _PHASES.items():
+            result, wall = _phase_result(got["this"], got.get("baseline", []), phase)
+            target, verdict = ("", "")
+            if phase == "events":
+                result += f"; exactly once: {'yes' if once else 'NO'}"
+                if store == "PostgreSQL":
+                    target, verdict = "≥ 150,000 points/s", "pass" if wall >= 150_000 and once else "FAIL"
+            rows.append((title, store, result, target, verdict))
     return rows
 
 
@@ -327,6 +423,14 @@ def query_rows(tmp: Path) -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
+def _checkout(rev: str, into: Path) -> Path:
+    """This repository's tree at `rev`, unpacked into `into` (the committed code as a baseline)."""
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", rev], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
 def main(argv: list[str]) -> None:
     import argparse
 
@@ -334,6 +438,7 @@ def main(argv: list[str]) -> None:
     p.add_argument("--quick", action="store_true", help="one repetition, 50,000 points")
     p.add_argument("--ingest-only", action="store_true", help="only the metric ingest rows")
     p.add_argument("--baseline", help="another checkout (e.g. `git archive <rev> | tar -x -C DIR`): its ingest too")
+    p.add_argument("--base-rev", help="a git revision of this repository (e.g. HEAD) as the baseline checkout")
     p.add_argument("--rounds", type=int, default=None, help="ingest measurements per code and store (default 3)")
     p.add_argument("--ingest-child", nargs=2, metavar=("URL", "N"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -347,6 +452,8 @@ def main(argv: list[str]) -> None:
     rows: list[tuple[str, str, str, str, str]] = []
     with tempfile.TemporaryDirectory(prefix="rankzero-bench-") as tmpdir:
         tmp = Path(tmpdir)
+        if args.base_rev:
+            baseline = str(_checkout(args.base_rev, tmp / "base"))
         if not args.ingest_only:
             rows += launch_rows(tmp, repeats)
         rows += ingest_rows(tmp, n_ingest, rounds, baseline)
