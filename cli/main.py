@@ -12,6 +12,7 @@ from cli.app import app
 # isort: split
 # Importing a command module registers its commands on `app`: service, then jobs, then each area's own.
 from cli import (
+    clone_command,  # a copy of a job, its own packages' lock kept (issue 28)
     environment_commands,  # a job's own packages (issue 28)
     job_commands,
     output_commands,  # a job's outputs (issue 22)
@@ -22,6 +23,7 @@ from cli import (
 
 __all__ = [
     "app",
+    "clone_command",
     "environment_commands",
     "job_commands",
     "output_commands",

@@ -5,6 +5,7 @@ builds from a wheel folder made here (no network)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -151,3 +152,51 @@ def test_a_sweeps_trials_share_its_first_trials_lock(env_settings, engine, new_j
     assert _version(second.python, "rzdemo") == "1.0"
     outside = prepare(engine, settings, new_job(spec.model_dump(mode="json")), spec, None, tmp_path / "o.log")
     assert outside is not None and _version(outside.python, "rzdemo") == "2.0"  # not a trial: resolved afresh
+
+
+@pytest.mark.parametrize(
+    ("environment", "locked", "relock", "carried", "says"),
+    [
+        (None, False, False, None, ""),
+        ({"packages": ["six"]}, True, False, 7, "keep the versions job 7 locked"),
+        ({"packages": ["six"]}, False, False, None, "resolved afresh (job 7 has no lock yet)"),
+        ({"packages": ["six"], "lock_from": 3}, False, False, 3, "keep the versions job 3 locked"),  # its source's
+        ({"packages": ["six"], "lock_from": 3}, True, True, None, "resolved afresh (--relock)"),
+    ],
+)
+def test_rankzero_clone_spec(environment, locked, relock, carried, says) -> None:
+    from cli.clone_command import clone_spec
+
+    spec = {"name": "j", **({"environment": environment} if environment else {})}
+    got, words = clone_spec(spec, 7, locked, relock)
+    assert (got.get("environment") or {}).get("lock_from") == carried and says in words
+
+
+def test_rankzero_clone_keeps_the_lock_unless_relock(service, tmp_path) -> None:
+    from core.db import get_engine
+    from core.tables import JobEnvironment
+    from tests.support.commands import RANKZERO, ROOT
+
+    settings, client = service()
+    url = str(client.http.base_url).removesuffix("/api/").removesuffix("/api")
+    source = client.submit({**DIGITS_SPEC, "name": "src", "environment": {"packages": ["six"]}})["id"]
+    with Session(get_engine(settings.resolved_database_url)) as s:  # as its first start would have recorded
+        s.add(JobEnvironment(job_id=source, input_hash="x", lock="six==1.16.0\n", state="ready",
+                             packages=[{"name": "six", "version": "1.16.0"}]))  # fmt: skip
+        s.commit()
+    env = {**os.environ, "RANKZERO_URL": url, "RANKZERO_API_TOKEN": settings.token(), "COLUMNS": "200"}
+
+    def clone(*args: str) -> dict[str, Any]:
+        done = subprocess.run([RANKZERO, "clone", str(source), *args], capture_output=True, text=True, env=env,
+                              cwd=ROOT, timeout=90, check=False)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        new_id = int(done.stdout.split("job ", 1)[1].split()[0])
+        return {"out": done.stdout, **client.job(new_id)}
+
+    kept = clone("--set", "max_steps=3")
+    assert kept["spec"]["environment"] == {"packages": ["six"], "requirements": None, "lock_from": source}
+    assert kept["spec"]["max_steps"] == 3 and kept["name"] == "src-copy"
+    assert f"keep the versions job {source} locked" in kept["out"]
+    fresh = clone("--relock", "--name", "fresh")
+    assert fresh["spec"]["environment"].get("lock_from") is None and fresh["name"] == "fresh"
+    assert "resolved afresh (--relock)" in fresh["out"]
