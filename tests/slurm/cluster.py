@@ -1,5 +1,6 @@
 """A real Slurm on this machine for the Slurm backend's tests: munged, slurmctld and two slurmd ("n1", "n2")
-sharing this host, a `low` and a `high` partition (partition-priority preemption, REQUEUE), started from a
+sharing this host, a `low` and a `high` partition (partition-priority preemption, REQUEUE) and a `drop` one whose
+preempted jobs Slurm cancels instead (PreemptMode=CANCEL, as some sites set it), started from a
 template and stopped by pid (docs/slurm.md; the recipe: shared/reference/slurm-on-one-machine.md).
 
 Debian's packages are installed with apt where missing; the tests skip only when that fails.
@@ -64,6 +65,7 @@ NodeName=n1 NodeHostname={host} NodeAddr=127.0.0.1 Port={n1_port} CPUs=2 RealMem
 NodeName=n2 NodeHostname={host} NodeAddr=127.0.0.1 Port={n2_port} CPUs=2 RealMemory=4000 State=UNKNOWN
 PartitionName=low  Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP PriorityTier=1  OverSubscribe=NO GraceTime=20
 PartitionName=high Nodes=n1,n2 Default=NO  MaxTime=INFINITE State=UP PriorityTier=10 OverSubscribe=NO
+PartitionName=drop Nodes=n1,n2 Default=NO MaxTime=INFINITE State=UP PriorityTier=1 GraceTime=20 PreemptMode=CANCEL
 """
 
 

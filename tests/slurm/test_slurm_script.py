@@ -3,7 +3,9 @@ pure, by tables."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,23 @@ def test_rank_environment(slurm: dict[str, str], expected: dict[str, str]) -> No
 def test_rank_environment_outside_slurm() -> None:
     with pytest.raises(ValueError, match="SLURM_PROCID"):
         rank_environment({"SLURM_NTASKS": "2"})
+
+
+RANK_STARTS = """
+import os, signal, sys
+os.kill(os.getpid(), signal.SIGUSR1)  # the warning, sent while the rank's interpreter still starts
+from worker.slurm import rank
+rank.install_early_handlers()  # unblocks: the pending signal reaches our handler, not the default (death)
+print("stop noted" if rank._stop_requested else "no stop", flush=True)
+"""
+
+
+def test_a_warning_sent_while_a_rank_starts_waits_for_its_handlers() -> None:
+    """The batch script starts each rank with SIGTERM and SIGUSR1 blocked (`env --block-signal`, coreutils ≥ 8.31)."""
+    root = Path(__file__).resolve().parents[2]
+    guarded = ["env", "--block-signal=USR1", "--block-signal=TERM", sys.executable, "-c", RANK_STARTS]
+    done = subprocess.run(guarded, cwd=root, capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout.strip()) == (0, "stop noted"), done.stderr
+    assert "Slurm's warning signal" in done.stderr
+    bare = subprocess.run(guarded[3:], cwd=root, capture_output=True, text=True, timeout=60, check=False)
+    assert bare.returncode == -signal.SIGUSR1  # what the guard prevents: the default action kills the rank

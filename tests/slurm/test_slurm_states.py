@@ -9,7 +9,7 @@ from core.tables import JobStatus
 from worker.errors import Failure
 from worker.slurm.agent import ending, nice_for, stopped_resumably
 from worker.slurm.commands import parse_sacct, parse_sinfo, parse_squeue
-from worker.slurm.states import Phase, Reading, SlurmJob, exit_status, read
+from worker.slurm.states import Phase, Reading, SlurmJob, exit_status, read, settled, status_of
 
 S = JobStatus
 
@@ -113,3 +113,39 @@ def test_priority_to_nice(priority: int, nice: int) -> None:
 )
 def test_stopped_resumably(types: list[str], resumable: bool) -> None:
     assert stopped_resumably([{"type": t, "seq": i} for i, t in enumerate(types)]) is resumable
+
+
+@pytest.mark.parametrize(
+    ("slurm", "seen_for_s", "phase", "status", "words"),
+    [
+        (job("PREEMPTED"), 0.0, Phase.pending, None, "preempted; waiting for it to be requeued"),
+        (job("PREEMPTED"), 29.9, Phase.pending, None, "preempted; waiting for it to be requeued"),
+        (job("PREEMPTED"), 30.0, Phase.ended, S.failed, "preempted, and Slurm did not requeue it"),
+        (job("NODE_FAIL"), 60.0, Phase.ended, S.failed, "a node failed, and Slurm did not requeue it"),
+        (job("RUNNING"), 600.0, Phase.running, None, "running"),  # only interrupted states settle
+        (None, 600.0, Phase.unknown, None, "nothing is concluded"),
+    ],
+)
+def test_an_interrupted_job_slurm_does_not_requeue_has_ended(
+    slurm: SlurmJob | None, seen_for_s: float, phase: Phase, status: JobStatus | None, words: str
+) -> None:
+    reading = settled(slurm, read(slurm, 1, cancel_requested=False), seen_for_s)
+    assert (reading.phase, reading.status) == (phase, status) and words in reading.words
+
+
+@pytest.mark.parametrize(
+    ("slurm", "phase", "shown"),
+    [
+        (job("PENDING", reason="Resources", nodes=""), Phase.pending, ("gpu", None, "PENDING")),
+        (job("RUNNING", nodes="n[1-2]"), Phase.running, ("gpu", "n[1-2]", "RUNNING")),
+        (job("CANCELLED by 0", nodes="None assigned"), Phase.ended, ("gpu", None, "CANCELLED")),
+        (job("COMPLETED", nodes="n1", partition=""), Phase.ended, (None, "n1", "COMPLETED")),
+    ],
+)
+def test_what_the_job_page_shows_of_a_slurm_job(
+    slurm: SlurmJob, phase: Phase, shown: tuple[str | None, str | None, str]
+) -> None:
+    reading = read(slurm, 1, cancel_requested=False)
+    status = status_of(slurm, reading)
+    assert reading.phase is phase and (status.partition, status.nodes, status.state) == shown
+    assert status.words == reading.words

@@ -26,15 +26,16 @@ from core.tables import JobStatus
 from trainer.entrypoint import parse_entrypoint
 from trainer.run_dir import RunDir, job_run_dir
 from trainer.spec import JobSpec
-from worker import bundles, errors, run_record
+from worker import bundles, environments, errors, run_record
 from worker.ingest import EventTail, Ingestor, TimedMetric
 from worker.launch import job_env, rank_env
 from worker.script_jobs import entrypoint_values, script_job_env, script_workdir
 from worker.slurm import commands, rows
+from worker.slurm import environment as slurm_environment
 from worker.slurm.prepare import BASE_SPEC
 from worker.slurm.rank import LAUNCH_FILE
 from worker.slurm.script import CANCEL_MARK, BatchJob, batch_log, job_name, render
-from worker.slurm.states import Phase, Reading, SlurmJob, read, status_of
+from worker.slurm.states import INTERRUPTED_STATES, Phase, Reading, SlurmJob, base_state, read, settled, status_of
 from worker.tensorboard import TensorBoardTail
 
 log = logging.getLogger("rankzero.slurm")
@@ -97,6 +98,7 @@ class Agent:
     run: commands.Runner = field(default_factory=commands.Runner)
     watched: dict[int, _Watched] = field(default_factory=dict)
     nodes_at: float = -NODES_EVERY_S  # when `sinfo` last ran (monotonic)
+    interrupted: dict[int, float] = field(default_factory=dict)  # job → when it was first seen PREEMPTED (monotonic)
 
     @property
     def pool(self) -> str:
@@ -162,8 +164,12 @@ class Agent:
 
     def _sbatch(self, job_id: int, attempt: int, raw_spec: dict, priority: int) -> None:
         try:
-            script = self._write_job_files(job_id, attempt, raw_spec, priority)
+            script, summary = self._write_job_files(job_id, attempt, raw_spec, priority)
             slurm_id = commands.sbatch(self.run, script)
+        except environments.EnvironmentFailed as exc:  # the job's requirements: uv's message is its error
+            jobs.finish(self.engine, job_id, S.failed, detail="preparing the environment failed", attempt=attempt,
+                        error=str(exc)[:20000])  # fmt: skip
+            return
         except (ValueError, OSError, commands.SlurmError, bundles.BundleUnavailable) as exc:
             error = f"Slurm did not take the job: {exc}"
             jobs.finish(self.engine, job_id, S.failed, detail="sbatch refused", attempt=attempt, error=error[:4000])
@@ -171,11 +177,12 @@ class Agent:
             return
         rows.record_submitted(self.engine, job_id, attempt, slurm_id, attempt)
         rows.set_reason(self.engine, job_id, attempt, f"Slurm job {slurm_id}: submitted")
-        jobs.note(self.engine, job_id, f"submitted to Slurm as job {slurm_id}")
+        jobs.note(self.engine, job_id, f"submitted to Slurm as job {slurm_id}" + (f"; {summary}" if summary else ""))
         log.info("job %s attempt %s: Slurm job %s", job_id, attempt, slurm_id)
 
-    def _write_job_files(self, job_id: int, attempt: int, raw_spec: dict, priority: int) -> Path:
-        """spec.slurm.json, a script job's launch file, and the batch script, in the run dir; its path."""
+    def _write_job_files(self, job_id: int, attempt: int, raw_spec: dict, priority: int) -> tuple[Path, str | None]:
+        """spec.slurm.json, a script job's launch file, the job's environment, and the batch script, in the run
+        dir; the script's path and what the timeline says of the environment."""
         spec = JobSpec.model_validate(raw_spec)
         s = self.settings
         local = RunDir(job_run_dir(self.runs_dir, job_id))
@@ -195,9 +202,14 @@ class Agent:
             env_fields.update(_script_env(spec_dict))
         env = bundles.pythonpath_first(rank_env(f"{job_id}-{attempt}-slurm", None, s, env_fields), code)
         env.pop("CUDA_VISIBLE_DEVICES", None)  # Slurm sets it for the GPUs it gives
+        # The job's own packages (issue 28), built by the agent in the shared runs dir; the ranks run its Python.
+        own = slurm_environment.prepare(self.engine, s, job_id, attempt, spec, local, code, self.compute_runs_dir,
+                                        keep_alive=self._heartbeat_all)  # fmt: skip
+        if own is not None:
+            env["VIRTUAL_ENV"] = own.root
         job = BatchJob(
             pool=self.pool, job_id=job_id, first_attempt=attempt, run_root=remote.root,
-            python=s.slurm_python or sys.executable,
+            python=own.python if own is not None else s.slurm_python or sys.executable,
             nnodes=spec.nnodes, ntasks_per_node=spec.nproc, gpus_per_node=gpus_per_node(spec, s),
             partition=s.slurm_partition, account=s.slurm_account, qos=s.slurm_qos,
             time_limit_min=s.slurm_time_limit_min, signal_margin_s=s.slurm_signal_margin_s,
@@ -206,7 +218,11 @@ class Agent:
         )  # fmt: skip
         path = local.root / f"slurm_attempt_{attempt}.sbatch"
         path.write_text(render(job))
-        return path
+        return path, own.summary if own is not None else None
+
+    def _heartbeat_all(self) -> None:
+        """While the agent builds an environment (minutes), its other jobs still look alive."""
+        rows.heartbeat(self.engine, [r.job_id for r in rows.live(self.engine, self.pool)])
 
     # --- following --------------------------------------------------------------------------
 
@@ -215,6 +231,7 @@ class Agent:
         if row.status is S.cancelling:
             self._cancel(row)
         reading = read(slurm, first, row.status is S.cancelling)
+        reading = settled(slurm, reading, self._interrupted_for(row.job_id, slurm))
         target = first + (slurm.restarts if slurm is not None else 0)
         if reading.phase is Phase.unknown:
             self._ingest(row)
@@ -233,6 +250,13 @@ class Agent:
             self._ingest(row)
         elif reading.phase is Phase.ended:
             self._end(row, reading, slurm)
+
+    def _interrupted_for(self, job_id: int, slurm: SlurmJob | None) -> float:
+        """Seconds the job has been PREEMPTED (NODE_FAIL, BOOT_FAIL) without a requeue, as this agent saw it."""
+        if slurm is None or base_state(slurm.state) not in INTERRUPTED_STATES:
+            self.interrupted.pop(job_id, None)
+            return 0.0
+        return time.monotonic() - self.interrupted.setdefault(job_id, time.monotonic())
 
     def _show(self, row: rows.Row, slurm: SlurmJob | None, reading: Reading) -> None:
         """The partition, nodes and state on the row, when they changed (no write per period). An ended job

@@ -16,11 +16,11 @@ class SlurmBackend:
     kind = BackendKind.slurm
 
     def __init__(self, run: commands.Runner, write_script: object) -> None:
-        # write_script(job_id, attempt, spec) -> Path: the agent's (worker/slurm/agent.py `_write_job_files`).
+        # write_script(job_id, attempt, spec) -> (Path, words): the agent's (worker/slurm/agent.py `_write_job_files`).
         self.run, self.write_script = run, write_script
 
     def submit(self, job_id: int, attempt: int, spec: Mapping[str, object]) -> str:
-        script = self.write_script(job_id, attempt, dict(spec))  # type: ignore[operator]
+        script, _ = self.write_script(job_id, attempt, dict(spec))  # type: ignore[operator]
         return commands.sbatch(self.run, script)
 
     def poll(self, backend_job_ids: Sequence[str]) -> dict[str, Observation]:

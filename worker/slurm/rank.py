@@ -1,7 +1,8 @@
 """`python -m worker.slurm.rank`: one rank of a rankzero job, started by `srun` (no torchrun).
 
 In this order, because a signal that arrives while Python imports torch (10–20 s on a busy node) would
-otherwise kill the task:
+otherwise kill the task (one sent while the interpreter itself starts waits blocked: the batch script starts the
+rank under `env --block-signal`; seen in testing: a requeued job warned at once died of the signal):
 1. handlers for SIGTERM (cancel, preemption) and SIGUSR1 (Slurm's "time is nearly up", `--signal`) that
    only note the request; SIGUSR1 is turned into a SIGTERM to ourselves, the trainer's stop signal;
 2. the environment torchrun would have given the rank, from Slurm's (`rank_environment`);
@@ -22,6 +23,7 @@ from types import FrameType
 
 EXIT_STOPPED = 75  # trainer/exit_codes.py (not imported: this module runs before anything heavy)
 LAUNCH_FILE = "slurm_launch.json"  # in the run dir: a script job's argv and working folder (the agent writes it)
+WARNED_LINE = b"rankzero: Slurm's warning signal (USR1: time limit near, or preemption): checkpointing, then stopping\n"
 _stop_requested = False
 
 
@@ -33,12 +35,16 @@ def _note_stop(signum: int, frame: FrameType | None) -> None:
 def _warned(signum: int, frame: FrameType | None) -> None:
     """SIGUSR1: checkpoint and stop, as on SIGTERM (whoever handles SIGTERM now: us, or the trainer)."""
     _note_stop(signum, frame)
+    os.write(2, WARNED_LINE)  # the rank's stderr says why it stopped (a time limit near, or a preemption)
     os.kill(os.getpid(), signal.SIGTERM)
 
 
 def install_early_handlers() -> None:
+    """Our handlers, then the signals unblocked: the batch script starts the rank with SIGTERM and SIGUSR1
+    blocked (`env --block-signal`) so that one sent while the interpreter starts waits, pending, for them."""
     signal.signal(signal.SIGTERM, _note_stop)
     signal.signal(signal.SIGUSR1, _warned)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGUSR1})
 
 
 def rank_environment(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:

@@ -154,8 +154,11 @@ def render(job: BatchJob) -> str:
         '(restart ${SLURM_RESTART_COUNT:-0})"',
         " ".join(prepare) + " || exit $?",
         f'logs={logs}/attempt_"$attempt"',
+        # A stop signal sent while a rank's interpreter starts (before its handlers) would kill it: the ranks
+        # start with SIGTERM and SIGUSR1 blocked, pending until worker/slurm/rank.py handles them (coreutils ≥ 8.31).
+        "guard=; env --block-signal=USR1 true 2>/dev/null && guard='env --block-signal=USR1 --block-signal=TERM'",
         f'srun --wait={job.rank_exit_wait_s} --export=ALL --output="$logs/%t/stdout.log" --error="$logs/%t/stderr.log" '
-        f"{py} -m worker.slurm.rank",
+        f"$guard {py} -m worker.slurm.rank",
         "rc=$?",
         'echo "rankzero: ranks exited $rc" ',
         f'if [ "$rc" -eq {EXIT_STOPPED} ] && [ ! -e {q(str(job.run_root / CANCEL_MARK))} ]; then',

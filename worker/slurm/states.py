@@ -129,6 +129,22 @@ def read(job: SlurmJob | None, first_attempt: int, cancel_requested: bool) -> Re
     return Reading(Phase.ended, f"{head}: {ended}{where}", status)
 
 
+# How long a job may stay PREEMPTED / NODE_FAIL / BOOT_FAIL before the agent takes it as ended: Slurm requeues a
+# job within a period or two where it will (PreemptMode=REQUEUE); where it will not (PreemptMode=CANCEL, a job an
+# admin made not requeueable) the state stays, and the agent submits the job again if its ranks checkpointed.
+INTERRUPTED_FINAL_S = 30.0
+
+
+def settled(job: SlurmJob | None, reading: Reading, interrupted_for_s: float) -> Reading:
+    """`reading`, or, for a job interrupted for `interrupted_for_s` ≥ INTERRUPTED_FINAL_S without a requeue, its
+    end (failed: the agent submits it again when its ranks checkpointed on the stop signal)."""
+    state = base_state(job.state) if job is not None else ""
+    if job is None or state not in INTERRUPTED_STATES or interrupted_for_s < INTERRUPTED_FINAL_S:
+        return reading
+    why = {"PREEMPTED": "preempted", "NODE_FAIL": "a node failed", "BOOT_FAIL": "a node failed to boot"}[state]
+    return Reading(Phase.ended, f"Slurm job {job.job_id}: {why}, and Slurm did not requeue it", JobStatus.failed)
+
+
 NO_NODES = frozenset({"", "(null)", "None assigned", "None"})  # what squeue / sacct print before an allocation
 
 
