@@ -44,10 +44,12 @@ picking more.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from core import fair_share, quotas
 from trainer.spec import JobSpec
@@ -181,15 +183,18 @@ def _units(kinds: Iterable[str], n: int) -> str:
 
 
 class _Host:
-    __slots__ = ("name", "reserved_by", "victims", "view", "free_gpus", "free_slots")
+    __slots__ = ("name", "reserved_by", "victims", "view", "free_gpus", "free_slots", "indexes", "stamp", "changes")
 
-    def __init__(self, view: HostView) -> None:
+    def __init__(self, view: HostView, changes: list[str]) -> None:
         self.view = view
         self.name = view.name
         self.free_gpus: list[str] = list(view.gpus)
         self.free_slots = view.cpu_slots
         self.reserved_by: Waiting | None = None
         self.victims: list[_Victim] = []  # preemptible jobs here, lowest priority then youngest first
+        self.indexes: list[_Index] = []  # the free-capacity indexes that list this host
+        self.stamp = 0  # bumped whenever what preemption would find here changes (free, reserved, victims)
+        self.changes = changes  # the pass's log of changed hosts, shared by all
 
     def hold(self, node: NodeUse) -> None:
         if node.gpus:
@@ -203,11 +208,22 @@ class _Host:
         return self.free_slots if self.free_slots > 0 else 0
 
     def take(self, kind: str, n: int) -> tuple[tuple[str, ...], int]:
+        before = self.free(kind)
         if kind == GPU:
             taken, self.free_gpus = tuple(self.free_gpus[:n]), self.free_gpus[n:]
-            return taken, 0
-        self.free_slots -= n
-        return (), n
+            result = taken, 0
+        else:
+            self.free_slots -= n
+            result = (), n
+        for index in self.indexes:
+            if index.kind == kind:
+                index.moved(self, before)
+        self.touch()
+        return result
+
+    def touch(self) -> None:
+        self.stamp += 1
+        self.changes.append(self.name)
 
 
 @dataclass(frozen=True)
@@ -221,17 +237,99 @@ class _Victim:
         return self.gpus if kind == GPU else self.slots
 
 
-@dataclass(frozen=True)
 class _Option:
     """A host a job shape can run on: its kind and the units its full size needs there."""
 
-    host: _Host
-    kind: str
-    total: int
+    __slots__ = ("host", "kind", "total", "rank")
 
-    @property
-    def rank(self) -> int:  # GPU hosts first for 'auto'
-        return 0 if self.kind == GPU else 1
+    def __init__(self, host: _Host, kind: str, total: int) -> None:
+        self.host = host
+        self.kind = kind
+        self.total = total
+        self.rank = 0 if kind == GPU else 1  # GPU hosts first for 'auto'
+
+
+_Entry = tuple[int, str]  # (free units, host name)
+
+
+def _insert(entries: list[_Entry], entry: _Entry) -> None:
+    bisect.insort(entries, entry)
+
+
+def _remove(entries: list[_Entry], entry: _Entry) -> None:
+    del entries[bisect.bisect_left(entries, entry)]
+
+
+class _Index:
+    """The free capacity of one kind on a set of a pool's hosts, kept sorted while the pass places jobs, so
+    that best fit is a binary search instead of a scan of the pool (issue 29). Classes whose hosts and kind
+    are the same share one. `open`: unreserved hosts by (free, name), for 'dataparallel' (`whole`) only
+    those with every GPU free; `everyone`: every host by (-free, name), the order of the reasons' "most
+    free"; `reserved`: reserved hosts by (free, name), whose free no longer changes in the pass (nothing is
+    placed on them); and per runs dir the unreserved and all hosts by (free, name), for gangs."""
+
+    def __init__(self, kind: str, hosts: list[_Host], whole: bool) -> None:
+        self.kind = kind
+        self.rank = 0 if kind == GPU else 1
+        self.whole = whole
+        self.total = {h.name: _total(h.view, kind) for h in hosts}
+        self.storage = {h.name: h.view.storage_id for h in hosts}
+        self.everyone = sorted((-h.free(kind), h.name) for h in hosts)
+        self.open: list[_Entry] = []
+        self.reserved: list[_Entry] = []
+        self.open_by_dir: dict[str, list[_Entry]] = {}
+        self.all_by_dir: dict[str, list[_Entry]] = {}
+        self.names_by_dir: dict[str, list[str]] = {}
+        for h in hosts:
+            self.names_by_dir.setdefault(h.view.storage_id, []).append(h.name)
+            entry = (h.free(kind), h.name)
+            self.all_by_dir.setdefault(h.view.storage_id, []).append(entry)
+            if h.reserved_by is not None:
+                self.reserved.append(entry)
+            else:
+                self.open_by_dir.setdefault(h.view.storage_id, []).append(entry)
+                if self._is_open(entry):
+                    self.open.append(entry)
+            h.indexes.append(self)
+        for entries in (self.open, self.reserved, *self.open_by_dir.values(), *self.all_by_dir.values()):
+            entries.sort()
+
+    def _is_open(self, entry: _Entry) -> bool:
+        return not self.whole or entry[0] == self.total[entry[1]]
+
+    def moved(self, host: _Host, before: int) -> None:
+        """`host` (unreserved: only those take jobs) had `before` units free and now has what it has."""
+        after, name = host.free(self.kind), host.name
+        if after == before:
+            return
+        _remove(self.everyone, (-before, name))
+        _insert(self.everyone, (-after, name))
+        storage = self.storage[name]
+        for entries in (self.all_by_dir[storage], self.open_by_dir[storage]):
+            _remove(entries, (before, name))
+            _insert(entries, (after, name))
+        if self._is_open((before, name)):
+            _remove(self.open, (before, name))
+        if self._is_open((after, name)):
+            _insert(self.open, (after, name))
+
+    def reserve(self, host: _Host) -> None:
+        entry = (host.free(self.kind), host.name)
+        if self._is_open(entry):
+            _remove(self.open, entry)
+        _remove(self.open_by_dir[self.storage[host.name]], entry)
+        _insert(self.reserved, entry)
+
+    def first_fit(self, need: int, entries: list[_Entry]) -> str | None:
+        """The host of `entries` with the least free that holds `need` per node (whole: every GPU), by name."""
+        if self.whole:
+            return next((name for free, name in entries if free >= self.total[name]), None)
+        i = bisect.bisect_left(entries, (need,))
+        return entries[i][1] if i < len(entries) else None
+
+    def at_least(self, need: int) -> int:
+        """How many hosts have `need` or more free."""
+        return bisect.bisect_left(self.everyone, (1 - need,))
 
 
 @dataclass
@@ -240,57 +338,93 @@ class _Class:
     pass a failure is monotone in size (free capacity only shrinks; reservations and claimed victims only
     grow), so what failed for r ranks per node fails for every later job of the class needing ≥ r."""
 
-    options: list[_Option]  # hosts of the pool that could ever run it
+    options: list[_Option]  # hosts of the pool that could ever run it, by name
+    parts: list[_Index]  # their free capacity, GPU hosts before CPU hosts
     max_total: int
     draining: list[HostView]  # hosts of the pool that could run it but are draining
     kinds: frozenset[str] = frozenset()  # GPU and/or SLOT
+    by_name: dict[str, _Option] = field(default_factory=dict)
     fit_failed: int | None = None  # the fewest ranks per node that did not fit
     preempt_failed: dict[int, int] = field(default_factory=dict)  # ranks -> highest priority preemption failed
-    free_list: tuple[int, str] = (-1, "")  # (pool version, "host-a 2 of 4, …") cached
-    reserved: tuple[int, list[_Option], int] = (-1, [], 0)  # (pool version, reserved in best-fit order, max free)
-    blocked: dict[tuple[int, ...], str | None] = field(default_factory=dict)  # sizes -> reason, this version
+    preempt_failures: list[int] = field(default_factory=list)  # each failure's ranks, in order (a version)
+    most_free: tuple[object, str] = ((), "")  # (the first hosts of each part, "host-a 2 of 4, …") last said
+    others: dict[str, _Class] = field(default_factory=dict)  # the same hosts without one kind (quotas)
+
+    def __post_init__(self) -> None:
+        if not self.by_name:
+            self.by_name = {o.host.name: o for o in self.options}
+
+    def sized(self, nnodes: int) -> _Class:
+        """A class of the same hosts with state of its own (one per nnodes)."""
+        return _Class(self.options, self.parts, self.max_total, self.draining, self.kinds, self.by_name)
+
+    def most_free_text(self) -> str:
+        """The class's "most free" list, formatted again only when its first hosts or their free changed
+        (best fit mostly fills the fullest hosts, so a placement rarely moves the most free ones)."""
+        firsts = tuple(tuple(part.everyone[:_LISTED_HOSTS]) for part in self.parts)
+        if firsts != self.most_free[0]:
+            self.most_free = (firsts, _most_free(self.parts, len(self.kinds) > 1))
+        return self.most_free[1]
+
+    def gang_could_fit(self, nproc: int, nnodes: int) -> bool:
+        """Some runs dir and kind has `nnodes` hosts of `nproc` or more in all: never_fits would say None."""
+        for part in self.parts:
+            for names in part.names_by_dir.values():
+                if sum(1 for name in names if part.total[name] >= nproc) >= nnodes:
+                    return True
+        return False
+
+    def without(self, kind: str) -> _Class | None:
+        """This class on its hosts of the other kind only ('auto' past a quota of `kind`), or None."""
+        if kind not in self.others:
+            options = [o for o in self.options if o.kind != kind]
+            parts = [p for p in self.parts if p.kind != kind]
+            most = max((o.total for o in options), default=0)
+            self.others[kind] = _Class(options, parts, most, [], frozenset(o.kind for o in options))
+        other = self.others[kind]
+        return other if other.options else None
 
 
 @dataclass
 class _Shape:
-    """One job's view: its class and sizes."""
+    """What every job of one demand needs: (pool, device, sync, nnodes, nproc, min_nproc, accumulation_steps)
+    — all that placement reads of a spec but its priority and owner. Made once per pass and demand."""
 
     pool: str
-    spec: JobSpec
+    spec: JobSpec  # the first such job's: the others differ only where placement does not look
     sizes: list[int]  # rank counts per node, largest first
     cls: _Class
+    never: str | None = None  # why no host of the pool could ever run it (the same for the whole demand)
+    reason_at: int = -1  # the pool's version `reason` was said at
+    reason: str = ""
+    blocked_at: int = -1  # the pass's reservation count `blocked` was said at (single node)
+    blocked: str | None = None
+    need: tuple[str, str] | None = None  # a single-node reason's words before and after the most free hosts
+
+    smallest: int = field(init=False)  # the fewest ranks per node it may start on
+    hopeless_at: int = -1  # the class's preemption failures `hopeless_below` was read at
+    hopeless_below: int | None = None  # preemption failed for jobs of this size at this priority or more
+
+    def __post_init__(self) -> None:
+        self.smallest = self.sizes[-1]
 
     @property
     def options(self) -> list[_Option]:
         return self.cls.options
-
-    @property
-    def smallest(self) -> int:
-        return self.sizes[-1]
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Fitting
 
 
-def _fits_key(opt: _Option) -> tuple[int, int, str]:
-    return (opt.rank, opt.host.free(opt.kind), opt.host.name)
-
-
-def _best_single(shape: _Shape, ranks: int, ignore_reserved: bool = False) -> _Option | None:
-    """Best fit: the usable host with the least free capacity that still holds `ranks` ranks."""
-    best: _Option | None = None
-    best_key: tuple[int, int, str] | None = None
-    for opt in shape.options:
-        if opt.host.reserved_by is not None and not ignore_reserved:
-            continue
-        free = opt.host.free(opt.kind)
-        if free < _per_node(shape.spec, opt.host.view, ranks):
-            continue
-        key = (opt.rank, free, opt.host.name)
-        if best_key is None or key < best_key:
-            best, best_key = opt, key
-    return best
+def _best_single(shape: _Shape, ranks: int) -> _Option | None:
+    """Best fit: the unreserved host with the least free capacity that still holds `ranks` ranks (GPU hosts
+    first), ties by name."""
+    for part in shape.cls.parts:
+        name = part.first_fit(ranks, part.open)
+        if name is not None:
+            return shape.cls.by_name[name]
+    return None
 
 
 def _groups(options: Iterable[_Option]) -> dict[tuple[str, str], list[_Option]]:
@@ -303,19 +437,18 @@ def _groups(options: Iterable[_Option]) -> dict[tuple[str, str], list[_Option]]:
 def _best_gang(shape: _Shape, ignore_reserved: bool = False) -> list[_Option] | None:
     """N hosts of one runs dir and kind, each with nproc free: the tightest such set, else None."""
     need, count = shape.spec.nproc, shape.spec.nnodes
-    fitting = [
-        o for o in shape.options if (ignore_reserved or o.host.reserved_by is None) and o.host.free(o.kind) >= need
-    ]
-    best: list[_Option] | None = None
+    best: list[_Entry] | None = None
     best_key: tuple[int, int, str] | None = None
-    for (storage, _kind), members in sorted(_groups(fitting).items()):
-        if len(members) < count:
-            continue
-        chosen = sorted(members, key=_fits_key)[:count]
-        key = (chosen[0].rank, sum(o.host.free(o.kind) for o in chosen), storage)
-        if best_key is None or key < best_key:
-            best, best_key = chosen, key
-    return best
+    for part in shape.cls.parts:
+        for storage, entries in (part.all_by_dir if ignore_reserved else part.open_by_dir).items():
+            i = bisect.bisect_left(entries, (need,))
+            if len(entries) - i < count:
+                continue
+            chosen = entries[i : i + count]
+            key = (part.rank, sum(free for free, _ in chosen), storage)
+            if best_key is None or key < best_key:
+                best, best_key = chosen, key
+    return [shape.cls.by_name[name] for _, name in best] if best else None
 
 
 def _launch(job: Waiting, chosen: list[_Option], ranks: int) -> Placement:
@@ -345,7 +478,8 @@ def _fit(shape: _Shape) -> tuple[list[_Option], int] | None:
 
 
 def _reservation(shape: _Shape) -> list[_Host]:
-    """The host(s) a blocked job would take first: most free among those big enough, not yet reserved."""
+    """The host(s) a blocked job would take first: most free among those big enough, not yet reserved.
+    Once per pool and pass, so a scan."""
     free_opts = [o for o in shape.options if o.host.reserved_by is None]
     if shape.spec.nnodes == 1:
         target = max((r for r in shape.sizes if any(o.total >= r for o in free_opts)), default=None)
@@ -396,21 +530,18 @@ def _cost(victims: list[_Victim]) -> tuple[int, int]:
     return (max((v.priority for v in victims), default=-(10**9)), len(victims))
 
 
-def _preempt_single(shape: _Shape, priority: int, claimed: set[int]) -> tuple[list[_Host], list[_Victim]] | None:
-    for ranks in shape.sizes:  # the fullest size that preemption can make room for
-        best: tuple[tuple[int, int, int, str], _Option, list[_Victim]] | None = None
-        for opt in shape.options:
-            if opt.host.reserved_by is not None:
-                continue
-            victims = _victims_on(opt, _per_node(shape.spec, opt.host.view, ranks), priority, claimed)
-            if not victims:
-                continue
-            key = (*_cost(victims), opt.rank, opt.host.name)
-            if best is None or key < best[0]:
-                best = (key, opt, victims)
-        if best is not None:
-            return [best[1].host], best[2]
-    return None
+_Costed = tuple[tuple[int, int, int, str], int, _Option, list[_Victim]]  # (cost, rank, name), stamp, host, victims
+
+
+@dataclass
+class _VictimQuery:
+    """The hosts where a job of one class, size and priority could preempt, cheapest first (a heap). Kept
+    for the pass: a host's entry is stale once its stamp moved on, and each query first re-costs the hosts
+    changed since the last one (the pass's change log from `seen` on), so the top valid entry is exactly
+    what a scan of every host would pick."""
+
+    heap: list[_Costed]
+    seen: int
 
 
 def _preempt_gang(shape: _Shape, priority: int, claimed: set[int]) -> tuple[list[_Host], list[_Victim]] | None:
@@ -438,38 +569,50 @@ def _preempt_gang(shape: _Shape, priority: int, claimed: set[int]) -> tuple[list
 # Pending reasons
 
 
-def _free_list(options: Sequence[_Option], mixed: bool) -> str:
-    ordered = sorted(options, key=lambda o: (-o.host.free(o.kind), o.host.name))
+def _most_free(parts: Sequence[_Index], mixed: bool, at_least: int = 0) -> str:
+    """The hosts with `at_least` free or more, most free first then by name: the first few, "… and N more"."""
+    counts = [part.at_least(at_least) for part in parts]
+    firsts = [
+        [(minus_free, name, i) for minus_free, name in part.everyone[: min(n, _LISTED_HOSTS)]]
+        for i, (part, n) in enumerate(zip(parts, counts, strict=True))
+    ]
     words = []
-    for opt in ordered[:_LISTED_HOSTS]:
-        unit = f" {_unit(opt.kind, opt.total)}" if mixed else ""
-        words.append(f"{opt.host.name} {opt.host.free(opt.kind)} of {opt.total}{unit}")
-    if len(ordered) > _LISTED_HOSTS:
-        words.append(f"… and {len(ordered) - _LISTED_HOSTS} more")
+    for minus_free, name, i in list(heapq.merge(*firsts))[:_LISTED_HOSTS]:
+        part = parts[i]
+        total = part.total[name]
+        unit = f" {_unit(part.kind, total)}" if mixed else ""
+        words.append(f"{name} {-minus_free} of {total}{unit}")
+    if sum(counts) > _LISTED_HOSTS:
+        words.append(f"… and {sum(counts) - _LISTED_HOSTS} more")
     return ", ".join(words)
 
 
-def _single_reason(shape: _Shape, free_list: str) -> str:
+def _single_need(shape: _Shape) -> str:
     spec, kinds = shape.spec, shape.cls.kinds
     if spec.sync == "dataparallel":
-        need = "needs every GPU of one host free (sync 'dataparallel')"
-    else:
-        need = f"needs {spec.nproc} {_units(kinds, spec.nproc)} on one host"
-        if len(shape.sizes) > 1:
-            need += f" (or at least {shape.sizes[-1]}, elastic)"
-    return f"{need}; most free: {free_list}"
+        return "needs every GPU of one host free (sync 'dataparallel')"
+    need = f"needs {spec.nproc} {_units(kinds, spec.nproc)} on one host"
+    if len(shape.sizes) > 1:
+        need += f" (or at least {shape.sizes[-1]}, elastic)"
+    return need
 
 
 def _gang_reason(shape: _Shape) -> str:
-    spec, kinds = shape.spec, {o.kind for o in shape.options}
-    need = f"needs {spec.nnodes} hosts with {spec.nproc} free {_units(kinds, spec.nproc)} each sharing a runs dir"
-    fitting = [o for o in shape.options if o.host.free(o.kind) >= spec.nproc]
-    if len(fitting) >= spec.nnodes:
-        dirs = ", ".join(sorted({f"{o.host.name}: {o.host.view.storage_id}" for o in fitting})[:_LISTED_HOSTS])
+    spec, cls = shape.spec, shape.cls
+    mixed = len(cls.kinds) > 1
+    need = f"needs {spec.nnodes} hosts with {spec.nproc} free {_units(cls.kinds, spec.nproc)} each sharing a runs dir"
+    fitting = sum(part.at_least(spec.nproc) for part in cls.parts)
+    if fitting >= spec.nnodes:
+        where = {
+            f"{name}: {part.storage[name]}"
+            for part in cls.parts
+            for _, name in part.everyone[: part.at_least(spec.nproc)]
+        }
+        dirs = ", ".join(sorted(where)[:_LISTED_HOSTS])
         return f"{need}; enough hosts have room but no {spec.nnodes} of them share a runs dir ({dirs})"
     if not fitting:
-        return f"{need}; no host has {spec.nproc} free (most free: {_free_list(shape.options, len(kinds) > 1)})"
-    return f"{need}; free: {_free_list(fitting, len(kinds) > 1)}"
+        return f"{need}; no host has {spec.nproc} free (most free: {_most_free(cls.parts, mixed)})"
+    return f"{need}; free: {_most_free(cls.parts, mixed, spec.nproc)}"
 
 
 def _draining_note(shape: _Shape) -> str:
@@ -486,38 +629,20 @@ def _draining_note(shape: _Shape) -> str:
     return f" ({', '.join(names[:_LISTED_HOSTS])}, big enough, {'is' if len(names) == 1 else 'are'} draining)"
 
 
-def _blocker(shape: _Shape, reserved: list[_Option]) -> Waiting | None:
-    """The job whose reservation is all that keeps this one from starting, if any. `reserved`: the
-    reserved options in best-fit order."""
-    if not reserved:
-        return None
+def _blocker(shape: _Shape) -> Waiting | None:
+    """The job whose reservation is all that keeps this one from starting, if any."""
     if shape.spec.nnodes > 1:
         gang = _best_gang(shape, ignore_reserved=True)
         hosts = [o.host for o in gang] if gang else []
     else:  # the free hosts could not hold it: would a reserved one?
         hosts = []
         for ranks in shape.sizes:
-            opt = next((o for o in reserved if o.host.free(o.kind) >= _per_node(shape.spec, o.host.view, ranks)), None)
-            if opt is not None:
-                hosts = [opt.host]
+            name = next((n for part in shape.cls.parts if (n := part.first_fit(ranks, part.reserved))), None)
+            if name is not None:
+                hosts = [shape.cls.by_name[name].host]
                 break
     owners = [h.reserved_by for h in hosts if h.reserved_by is not None]
     return min(owners, key=queue_order) if owners else None
-
-
-def _reserved_names(shape: _Shape, owner: Waiting) -> str:
-    names = sorted(o.host.name for o in shape.options if o.host.reserved_by is owner)
-    return " and ".join(names) if len(names) <= 2 else ", ".join(names)
-
-
-def _blocked_reason(shape: _Shape, reserved: list[_Option]) -> str | None:
-    blocker = _blocker(shape, reserved)
-    if blocker is None:
-        return None
-    return (
-        f"waiting behind job {blocker.job_id} (priority {blocker.priority}), which has "
-        f"{_reserved_names(shape, blocker)} reserved"
-    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -537,53 +662,99 @@ class _Pass:
         self.pools: dict[str, list[_Host]] = {}
         self.all_pool_hosts: dict[str, list[HostView]] = {}
         self.version: dict[str, int] = {}  # bumped when a pool's free capacity or reservations change
-        self.reserve_version: dict[str, int] = {}  # bumped when a pool's reservations change (reserved hosts'
-        # free capacity never changes after: nothing else is placed on them)
         self.easy_reserved: set[str] = set()  # pools whose one EASY reservation is taken
         self.claimed: set[int] = set()  # victims already listed
         self.classes: dict[tuple[object, ...], _Class] = {}
+        self.shapes: dict[tuple[object, ...], _Shape] = {}  # per demand (`_Shape`)
+        self.host_sets: dict[tuple[object, ...], _Class] = {}  # (pool, device, sync) -> a class of those hosts
+        self.indexes: dict[tuple[object, ...], _Index] = {}
         self.never: dict[tuple[object, ...], str | None] = {}
-        by_name: dict[str, _Host] = {}
+        self.changes: list[str] = []  # hosts whose free, reservation or victims changed, in order
+        self.reservations: dict[int, list[str]] = {}  # job_id -> the hosts it reserved
+        self.reserves = 0  # reservations made so far
+        self.victim_hosts: dict[int, list[_Host]] = {}  # preemptible job_id -> the hosts it holds
+        self.victim_queries: dict[tuple[object, ...], _VictimQuery] = {}
+        self.by_name: dict[str, _Host] = {}
         for view in sorted(hosts, key=lambda h: h.name):
             self.all_pool_hosts.setdefault(view.pool, []).append(view)
             if not view.draining:
-                host = by_name[view.name] = _Host(view)
+                host = self.by_name[view.name] = _Host(view, self.changes)
                 self.pools.setdefault(view.pool, []).append(host)
-        self._hold(usage, by_name)
+        self._hold(usage)
 
-    @staticmethod
-    def _hold(usage: Sequence[Usage], by_name: dict[str, _Host]) -> None:
+    def _hold(self, usage: Sequence[Usage]) -> None:
         for use in usage:
             for node in use.nodes:
-                host = by_name.get(node.host)
+                host = self.by_name.get(node.host)
                 if host is None:
                     continue
                 host.hold(node)
                 if use.preemptible:
                     held = sum(1 for g in node.gpus if g in host.view.gpus)
                     host.victims.append(_Victim(use.job_id, use.priority, held, node.slots))
-        for host in by_name.values():
+                    self.victim_hosts.setdefault(use.job_id, []).append(host)
+        for host in self.by_name.values():
             host.victims.sort(key=lambda v: (v.priority, -v.job_id))
 
     def shape(self, job: Waiting) -> _Shape:
         spec = job.spec
+        demand = (job.pool, spec.device, spec.sync, spec.nnodes, spec.nproc, spec.min_nproc, spec.accumulation_steps)
+        shape = self.shapes.get(demand)
+        if shape is None:
+            shape = self.shapes[demand] = self.new_shape(job)
+        return shape
+
+    def new_shape(self, job: Waiting) -> _Shape:
+        spec = job.spec
+        if job.pool not in self.pools:
+            empty = _Class([], [], 0, [])
+            return _Shape(job.pool, spec, spec.elastic_sizes(), empty, _no_pool_reason(job.pool, self.all_pool_hosts))
         key = (job.pool, spec.device, spec.sync, spec.nnodes)
         cls = self.classes.get(key)
         if cls is None:
+            cls = self.classes[key] = self.hosts_for(job).sized(spec.nnodes)
+        shape = _Shape(job.pool, spec, spec.elastic_sizes(), cls)
+        shape.never = self.never_reason(job, shape)
+        return shape
+
+    def hosts_for(self, job: Waiting) -> _Class:
+        """The class of `job` with its hosts (shared by every nnodes: the hosts depend on pool, device, sync)."""
+        spec = job.spec
+        key = (job.pool, spec.device, spec.sync)
+        cls = self.host_sets.get(key)
+        if cls is None:
             options = []
-            for host in self.pools.get(job.pool, []):
+            for host in self.pools[job.pool]:
                 kind = host_kind(spec, host.view)
                 if kind is not None:
                     options.append(_Option(host, kind, _total(host.view, kind)))
             draining = [h for h in self.all_pool_hosts[job.pool] if h.draining and host_kind(spec, h) is not None]
             most = max((o.total for o in options), default=0)
-            cls = self.classes[key] = _Class(options, most, draining, frozenset(o.kind for o in options))
-        return _Shape(job.pool, spec, spec.elastic_sizes(), cls)
+            parts = self.parts(options, whole=spec.sync == "dataparallel")
+            cls = self.host_sets[key] = _Class(options, parts, most, draining, frozenset(o.kind for o in options))
+        return cls
+
+    def parts(self, options: list[_Option], whole: bool) -> list[_Index]:
+        """The indexes of `options`, GPU hosts first; one per (kind, hosts), shared between classes."""
+        parts = []
+        for kind in (GPU, SLOT):
+            hosts = [o.host for o in options if o.kind == kind]
+            if not hosts:
+                continue
+            key = (kind, whole, tuple(h.name for h in hosts))
+            if key not in self.indexes:
+                self.indexes[key] = _Index(kind, hosts, whole)
+            parts.append(self.indexes[key])
+        return parts
 
     def never_reason(self, job: Waiting, shape: _Shape) -> str | None:
         """never_fits, skipped where the class's largest host settles it (single node)."""
         spec = shape.spec
         if spec.nnodes == 1 and spec.sync != "dataparallel" and 0 < shape.smallest <= shape.cls.max_total:
+            return None
+        if spec.sync == "dataparallel" and shape.options:  # a host of ≥ 2 GPUs, not draining
+            return None
+        if spec.nnodes > 1 and shape.cls.gang_could_fit(spec.nproc, spec.nnodes):
             return None
         key = (job.pool, spec.device, spec.sync, spec.nnodes, spec.nproc, tuple(shape.sizes))
         if key not in self.never:
@@ -592,13 +763,9 @@ class _Pass:
         return self.never[key]
 
     def consider(self, job: Waiting) -> None:
-        if job.pool not in self.pools:
-            self.plan.pending[job.job_id] = _no_pool_reason(job.pool, self.all_pool_hosts)
-            return
         shape = self.shape(job)
-        never = self.never_reason(job, shape)
-        if never is not None:
-            self.plan.pending[job.job_id] = never
+        if shape.never is not None:
+            self.plan.pending[job.job_id] = shape.never
             return
         quota = self.team.quotas.get(job.owner) if self.team is not None and job.owner is not None else None
         if quota is not None and (over := self.beyond_quota(job, shape, quota)) is not None:
@@ -606,6 +773,9 @@ class _Pass:
             return
         cls = shape.cls
         hopeless = cls.fit_failed is not None and shape.smallest >= cls.fit_failed
+        if hopeless and job.pool in self.easy_reserved and self.preempt_hopeless(job, shape):
+            self.plan.pending[job.job_id] = self.reason(shape)  # what `blocked` would say, without its steps
+            return
         fit = None if hopeless else _fit(shape)
         if fit is not None and quota is not None and (over := self.fit_beyond_quota(job, fit, quota)) is not None:
             fit = self.fit_other_kind(shape, fit[0][0].kind, quota, job)
@@ -652,11 +822,10 @@ class _Pass:
         self, shape: _Shape, kind: str, quota: quotas.Quota, job: Waiting
     ) -> tuple[list[_Option], int] | None:
         """An 'auto' job whose best fit would pass its owner's quota of `kind`: a fit on the other kind, within it."""
-        others = [o for o in shape.options if o.kind != kind]
-        if not others:
+        other = shape.cls.without(kind)
+        if other is None:
             return None
-        cls = _Class(others, max(o.total for o in others), [], frozenset(o.kind for o in others))
-        fit = _fit(_Shape(shape.pool, shape.spec, shape.sizes, cls))
+        fit = _fit(_Shape(shape.pool, shape.spec, shape.sizes, other))
         return None if fit is None or self.fit_beyond_quota(job, fit, quota) is not None else fit
 
     def share(self, owner: int | None) -> float:
@@ -679,30 +848,46 @@ class _Pass:
         self.plan.pending[job.job_id] = reason
 
     def reason(self, shape: _Shape) -> str:
+        """Why a job of this demand waits: the same words for all of them until the pool's free capacity or
+        reservations change (its version)."""
         version = self.version.get(shape.pool, 0)
+        if shape.reason_at != version:
+            shape.reason_at, shape.reason = version, self.fresh_reason(shape)
+        return shape.reason
+
+    def fresh_reason(self, shape: _Shape) -> str:
         cls = shape.cls
-        # a gang's "would it fit but for reservations" also counts the unreserved hosts, which change more often
-        blocked_version = version if shape.spec.nnodes > 1 else self.reserve_version.get(shape.pool, 0)
-        if cls.reserved[0] != blocked_version:
-            reserved = sorted((o for o in cls.options if o.host.reserved_by is not None), key=_fits_key)
-            cls.reserved = (blocked_version, reserved, max((o.host.free(o.kind) for o in reserved), default=0))
-            cls.blocked = {}
-        _, reserved, most = cls.reserved
-        if reserved and (shape.spec.sync == "dataparallel" or shape.smallest <= most):
-            sizes = tuple(shape.sizes)
-            if sizes not in cls.blocked:
-                cls.blocked[sizes] = _blocked_reason(shape, reserved)
-            if (blocked := cls.blocked[sizes]) is not None:
+        most = max((part.reserved[-1][0] for part in cls.parts if part.reserved), default=None)
+        if most is not None and (shape.spec.sync == "dataparallel" or shape.smallest <= most):
+            if shape.spec.nnodes > 1:  # depends on every host's free: said again
+                blocked = self.blocked_reason(shape)
+            else:  # depends on the reservations alone
+                if shape.blocked_at != self.reserves:
+                    shape.blocked_at, shape.blocked = self.reserves, self.blocked_reason(shape)
+                blocked = shape.blocked
+            if blocked is not None:
                 return blocked
         if shape.spec.nnodes > 1:
             return _gang_reason(shape) + _draining_note(shape)
-        if cls.free_list[0] != version:
-            cls.free_list = (version, _free_list(cls.options, len(cls.kinds) > 1))
-        return _single_reason(shape, cls.free_list[1]) + _draining_note(shape)
+        if shape.need is None:
+            shape.need = (_single_need(shape) + "; most free: ", _draining_note(shape))
+        return shape.need[0] + cls.most_free_text() + shape.need[1]
+
+    def blocked_reason(self, shape: _Shape) -> str | None:
+        blocker = _blocker(shape)
+        if blocker is None:
+            return None
+        names = sorted(n for n in self.reservations.get(blocker.job_id, ()) if n in shape.cls.by_name)
+        where = " and ".join(names) if len(names) <= 2 else ", ".join(names)
+        return f"waiting behind job {blocker.job_id} (priority {blocker.priority}), which has {where} reserved"
 
     def preempt_hopeless(self, job: Waiting, shape: _Shape) -> bool:
+        """Preemption failed in this pass for a job of the class no bigger, of this priority or more."""
         failed = shape.cls.preempt_failed
-        return any(ranks <= shape.smallest and job.priority <= prio for ranks, prio in failed.items())
+        if shape.hopeless_at != len(shape.cls.preempt_failures):
+            shape.hopeless_at = len(shape.cls.preempt_failures)
+            shape.hopeless_below = max((p for ranks, p in failed.items() if ranks <= shape.smallest), default=None)
+        return shape.hopeless_below is not None and job.priority <= shape.hopeless_below
 
     def try_preempt(self, job: Waiting, shape: _Shape) -> bool:
         if self.preempt_hopeless(job, shape):
@@ -710,27 +895,63 @@ class _Pass:
         if shape.spec.nnodes > 1:
             found = _preempt_gang(shape, job.priority, self.claimed)
         else:
-            found = _preempt_single(shape, job.priority, self.claimed)
+            found = self.preempt_single(shape, job.priority)
         if found is None:
             failed = shape.cls.preempt_failed
             failed[shape.smallest] = max(failed.get(shape.smallest, job.priority), job.priority)
+            shape.cls.preempt_failures.append(shape.smallest)
             return False
         hosts, victims = found
         ids = sorted(v.job_id for v in victims)
         for victim_id in ids:
             self.plan.preempt[victim_id] = job.job_id
             self.claimed.add(victim_id)
+            for host in self.victim_hosts.get(victim_id, ()):
+                host.touch()  # one victim fewer there
         self.reserve(job, hosts)
         self.easy_reserved.add(job.pool)
         self.plan.pending[job.job_id] = f"waiting for preempted job(s) {', '.join(map(str, ids))} to checkpoint"
         return True
 
+    def preempt_single(self, shape: _Shape, priority: int) -> tuple[list[_Host], list[_Victim]] | None:
+        """On one host: the fullest size preemption can make room for, on the host whose victims have the
+        lowest top priority, then fewest victims (GPU hosts first), ties by name."""
+        for ranks in shape.sizes:
+            found = self.cheapest_victims(shape, ranks, priority)
+            if found is not None:
+                return [found[0].host], found[1]
+        return None
+
+    def cheapest_victims(self, shape: _Shape, ranks: int, priority: int) -> tuple[_Option, list[_Victim]] | None:
+        cls = shape.cls
+        query = self.victim_queries.get((id(cls), ranks, priority))
+        if query is None:
+            query = self.victim_queries[(id(cls), ranks, priority)] = _VictimQuery([], 0)
+            changed: Iterable[_Option] = cls.options
+        else:
+            changed = [cls.by_name[n] for n in dict.fromkeys(self.changes[query.seen :]) if n in cls.by_name]
+        for opt in changed:
+            if opt.host.reserved_by is not None:
+                continue
+            victims = _victims_on(opt, _per_node(shape.spec, opt.host.view, ranks), priority, self.claimed)
+            if victims:
+                heapq.heappush(query.heap, ((*_cost(victims), opt.rank, opt.host.name), opt.host.stamp, opt, victims))
+        query.seen = len(self.changes)
+        heap = query.heap
+        while heap and (heap[0][2].host.reserved_by is not None or heap[0][2].host.stamp != heap[0][1]):
+            heapq.heappop(heap)
+        return (heap[0][2], heap[0][3]) if heap else None
+
     def reserve(self, job: Waiting, hosts: list[_Host]) -> None:
         for host in hosts:
             host.reserved_by = job
             self.plan.reserved[host.name] = job.job_id
+            self.reservations.setdefault(job.job_id, []).append(host.name)
+            for index in host.indexes:
+                index.reserve(host)
+            host.touch()
+        self.reserves += 1
         self.version[job.pool] = self.version.get(job.pool, 0) + 1
-        self.reserve_version[job.pool] = self.reserve_version.get(job.pool, 0) + 1
 
 
 def _no_pool_reason(pool: str, all_pool_hosts: dict[str, list[HostView]]) -> str:
@@ -746,10 +967,19 @@ def plan(
     """One scheduling pass: what starts where, why the rest waits, and whom to preempt. Deterministic.
     With `team`: quotas, and fair share among equal priority (else queue_order alone)."""
     state = _Pass(hosts, usage, team)
-    order = sorted(waiting, key=queue_order) if team is None else _fair_order(waiting, state)
+    order = _queue_sorted(waiting) if team is None else _fair_order(waiting, state)
     for job in order:
         state.consider(job)
     return state.plan
+
+
+def _queue_sorted(waiting: Sequence[Waiting]) -> list[Waiting]:
+    """`sorted(waiting, key=queue_order)` in three stable sorts on one attribute each (C-level keys: a
+    third of the time for 10 000 jobs)."""
+    order = sorted(waiting, key=attrgetter("job_id"))
+    order.sort(key=attrgetter("created_at"))
+    order.sort(key=attrgetter("priority"), reverse=True)  # reverse keeps equal keys in their order
+    return order
 
 
 def _fair_order(waiting: Sequence[Waiting], state: _Pass) -> Iterator[Waiting]:
