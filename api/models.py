@@ -424,7 +424,9 @@ class JobEnvironmentPublic(BaseModel):
     it), how the last preparation went, and the tail of uv's output."""
 
     job_id: int
-    state: Literal["resolving", "building", "ready", "failed"]
+    state: Literal["waiting", "resolving", "building", "ready", "failed"] = Field(
+        description="waiting: the job names an environment its first start has not prepared yet."
+    )
     packages: list[EnvironmentPackage]
     own_torch: bool
     python: str | None

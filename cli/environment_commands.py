@@ -15,6 +15,8 @@ from cli.terminal import safe_for_terminal
 
 
 def environment_summary(env: dict[str, Any]) -> str:
+    if env["state"] == "waiting":
+        return "environment waiting: prepared when the job starts"
     how = "cached" if env["cached"] else "built"
     took = f", {how} in {env['prepare_s']:.1f} s" if env.get("prepare_s") is not None else ""
     size = f", {env['size_bytes'] / 1e6:,.1f} MB on its host" if env.get("size_bytes") else ""

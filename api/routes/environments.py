@@ -43,8 +43,12 @@ def _log_tail(run_dir: Path) -> str:
 def get_environment(job_id: JobId, session: SessionDep, settings: SettingsDep) -> JobEnvironmentPublic:
     job = job_or_404(session, job_id)
     row = session.get(JobEnvironment, job_id)
+    if row is None and job.spec.get("environment"):  # its first start prepares it: nothing to show yet
+        return JobEnvironmentPublic(job_id=job_id, state="waiting", packages=[], own_torch=False, python=None,
+                                    torch=None, cached=False, prepare_s=None, size_bytes=None, error=None,
+                                    resolved_at=None, log_tail="")  # fmt: skip
     if row is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has no environment (yet)")
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} names no environment")
     try:
         tail = _log_tail(run_dir_of(job, settings))
     except (UnsafePath, OSError, ValueError):

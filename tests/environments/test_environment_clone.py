@@ -200,3 +200,17 @@ def test_rankzero_clone_keeps_the_lock_unless_relock(service, tmp_path) -> None:
     fresh = clone("--relock", "--name", "fresh")
     assert fresh["spec"]["environment"].get("lock_from") is None and fresh["name"] == "fresh"
     assert "resolved afresh (--relock)" in fresh["out"]
+
+
+def test_a_job_waiting_for_its_environment_reads_waiting_not_404(env_settings, new_job, auth_headers) -> None:
+    from api.app import create_app
+    from cli.environment_commands import environment_summary
+
+    waiting = new_job({**DIGITS_SPEC, "environment": {"packages": ["six"]}}, status="queued")
+    none = new_job(dict(DIGITS_SPEC), status="queued")
+    with TestClient(create_app(env_settings()), headers=auth_headers) as client:
+        r = client.get(f"/api/jobs/{waiting}/environment")
+        assert r.status_code == 200 and r.json()["state"] == "waiting" and r.json()["packages"] == []
+        assert environment_summary(r.json()) == "environment waiting: prepared when the job starts"
+        r = client.get(f"/api/jobs/{none}/environment")
+        assert r.status_code == 404 and "names no environment" in r.json()["detail"]

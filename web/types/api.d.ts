@@ -1542,9 +1542,10 @@ export interface components {
             size_bytes: number | null;
             /**
              * State
+             * @description waiting: the job names an environment its first start has not prepared yet.
              * @enum {string}
              */
-            state: "resolving" | "building" | "ready" | "failed";
+            state: "waiting" | "resolving" | "building" | "ready" | "failed";
             /** Torch */
             torch: string | null;
         };

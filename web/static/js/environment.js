@@ -14,11 +14,12 @@ const jobId = Number(card.dataset.jobId);
 
 /** One line saying how the environment stands. @param {JobEnvironment} env */
 export function summary(env) {
+  if (env.state === "waiting") return "waiting: prepared when the job starts";
   const n = env.packages.length;
   const torch = env.own_torch ? "its own torch" : `the service's torch ${env.torch ?? "?"}`;
   const took = env.prepare_s == null ? "" : `, ${env.cached ? "cached" : "built"} in ${env.prepare_s.toFixed(1)} s`;
   const size = env.size_bytes ? `, ${fmtBytes(env.size_bytes)} on its host` : "";
-  const words = { resolving: "resolving", building: "preparing", ready: "ready", failed: "failed" };
+  const words = { waiting: "waiting", resolving: "resolving", building: "preparing", ready: "ready", failed: "failed" };
   return `${words[env.state]}: ${n} package${n === 1 ? "" : "s"} over ${torch}${took}${size}`;
 }
 
@@ -45,7 +46,7 @@ async function load() {
     render(env);
     if (env.state === "ready" || env.state === "failed") clearInterval(timer);
   } catch (e) {
-    if (e instanceof ApiError && e.status === 404) return; // no environment (yet)
+    if (e instanceof ApiError && e.status === 404) return; // the job names none
     setText($("#environment-summary"), "The environment could not be read; retrying.");
   }
 }
