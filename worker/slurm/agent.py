@@ -21,6 +21,7 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 
 from core import jobs
+from core.backends import BackendStatus
 from core.settings import Settings
 from core.tables import JobStatus
 from trainer.entrypoint import parse_entrypoint
@@ -99,6 +100,7 @@ class Agent:
     watched: dict[int, _Watched] = field(default_factory=dict)
     nodes_at: float = -NODES_EVERY_S  # when `sinfo` last ran (monotonic)
     interrupted: dict[int, float] = field(default_factory=dict)  # job → when it was first seen PREEMPTED (monotonic)
+    shown: list[tuple[int, int, BackendStatus]] = field(default_factory=list)  # to write at the period's end
 
     @property
     def pool(self) -> str:
@@ -135,6 +137,8 @@ class Agent:
                         self._follow(row, seen.get(row.backend_job_id))
                     except jobs.FencedOut:
                         self.watched.pop(row.job_id, None)
+        rows.set_shown(self.engine, self.shown)
+        self.shown.clear()
         rows.heartbeat(self.engine, [r.job_id for r in live])
         if time.monotonic() - self.nodes_at >= NODES_EVERY_S:
             self.nodes_at = time.monotonic()
@@ -259,15 +263,16 @@ class Agent:
         return time.monotonic() - self.interrupted.setdefault(job_id, time.monotonic())
 
     def _show(self, row: rows.Row, slurm: SlurmJob | None, reading: Reading) -> None:
-        """The partition, nodes and state on the row, when they changed (no write per period). An ended job
-        keeps the nodes it ran on when Slurm no longer names them."""
+        """The partition, nodes and state on the row, when they changed (written together at the period's end;
+        none in a period where nothing changed). An ended job keeps the nodes it ran on when Slurm no longer
+        names them."""
         if slurm is None:
             return
         shown = status_of(slurm, reading)
         if reading.phase is Phase.ended and shown.nodes is None and row.shown is not None:
             shown = replace(shown, nodes=row.shown.nodes)
         if row.shown is None or row.shown.columns() != shown.columns():
-            rows.set_shown(self.engine, row.job_id, row.attempt, shown)
+            self.shown.append((row.job_id, row.attempt, shown))
 
     def _requeued(self, row: rows.Row, target: int, reading: Reading) -> rows.Row:
         """Slurm restarted the job (preemption, the time limit, a node failure): the attempt that ran ends
