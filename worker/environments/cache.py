@@ -198,9 +198,11 @@ def evict(root: Path, in_use: set[str], cap: int) -> list[str]:
         empty_uv_cache(root)
         while chosen := to_evict(entries(root), in_use, cap, disk_use(root)):
             for key in chosen:
-                with locked(root, key):
-                    remove_tree(entry_dir(root, key))
+                with locked(root, key):  # renamed away first: a removal cut short never leaves half an entry
+                    gone = partial(root, key)
+                    os.rename(entry_dir(root, key), gone)
                     (root / f"{key}.json").unlink(missing_ok=True)
+                remove_tree(gone)
             removed += chosen
     for stale in root.glob(f"{PARTIAL_PREFIX}*"):  # a build whose worker died mid-way
         if time.time() - stale.lstat().st_mtime > 24 * 3600:

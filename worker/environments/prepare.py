@@ -22,6 +22,7 @@ import secrets
 import shutil
 import site
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -134,7 +135,7 @@ def for_attempt(  # noqa: PLR0913 (the attempt, and how it stays alive)
     if node_rank == 0:
         jobs.note(engine, job_id, f"preparing environment: {asked(wanted)}")
     return prepare(engine, settings, job_id, spec, code_dir, log_path(run, attempt, node_rank), keep_alive,
-                   resolve=node_rank == 0)  # fmt: skip
+                   resolve=node_rank == 0, evict_after=True)  # fmt: skip
 
 
 def prepare(  # noqa: PLR0913 (what a preparation needs: the job, where to log, how to stay alive)
@@ -146,9 +147,12 @@ def prepare(  # noqa: PLR0913 (what a preparation needs: the job, where to log, 
     log_file: Path,
     keep_alive: Callable[[], object] | None = None,
     resolve: bool = True,
+    evict_after: bool = False,
 ) -> Ready | None:
     """The job's environment on this host (None: the job names none). `resolve` False (a follower): use the
-    lock node 0 recorded, never resolve one, record nothing."""
+    lock node 0 recorded, never resolve one, record nothing. After a build the cache is fitted under its cap:
+    before returning, or (`evict_after`, what an attempt does) in a thread, so the job's start never waits
+    for the walk over the cache's files."""
     wanted = requirements.environment_of(spec)
     if wanted is None:
         return None
@@ -163,7 +167,9 @@ def prepare(  # noqa: PLR0913 (what a preparation needs: the job, where to log, 
     if resolve:
         record.done(engine, job_id, key=ready.key, cached=ready.cached, prepare_s=ready.seconds,
                     size_bytes=_size(settings, ready.key))  # fmt: skip
-    if not ready.cached:  # every host that built (a follower's too) keeps its cache under the cap
+    if not ready.cached and evict_after:  # every host that built (a follower's too) keeps its cache under the cap
+        threading.Thread(target=_evict, args=(engine, settings), name="environment-evict", daemon=True).start()
+    elif not ready.cached:
         _evict(engine, settings)
     return ready
 
