@@ -17,16 +17,18 @@ import os
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
 from cli.client import Api, CliError, _detail
 from core import bundles
 from core.bundles import excluded as left_out
 from core.bundles.include import Includes
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
 
 UPLOAD_CHUNK = 256 * 1024
 UPLOAD_TIMEOUT_S = 600.0
@@ -55,6 +57,8 @@ def _stored(api: Api, sha256: str) -> bool:
 
 
 def _upload(api: Api, packed: bundles.Packed, console: Console) -> None:
+    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn  # only when bytes go up
+
     with Progress(
         "[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
         console=console, transient=False,

@@ -42,6 +42,13 @@ def trainer_module() -> str:
     return os.environ.get("RANKZERO_TRAINER_MODULE", "trainer")
 
 
+def guard_command(module: str) -> list[str]:
+    """How torchrun's parent (worker/rank_guard.py, worker/sandbox_guard.py) starts: `python -S -m MODULE`.
+    -S: no `site`, whose .pth files (an editable install's finder) cost ~0.1 s of every job's start; the
+    guard needs the standard library only, and finds the service's code on PYTHONPATH (`rank_env`)."""
+    return [sys.executable, "-S", "-m", module]
+
+
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 DEATH_SIGNAL = signal.SIGUSR1  # what worker/rank_guard.py takes as "the supervisor died"
 
@@ -308,7 +315,7 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
             out.write(f"rankzero: warning: {sandbox.NOT_ISOLATED}\n".encode())
             out.flush()
             proc = subprocess.Popen(
-                [sys.executable, "-m", "worker.rank_guard", *guarded],
+                [*guard_command("worker.rank_guard"), *guarded],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -340,7 +347,7 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
     try:
         with open(launcher_log, "ab") as out:
             proc = subprocess.Popen(
-                box.command([sys.executable, "-m", "worker.sandbox_guard", str(box.watch_read), *guarded]),
+                box.command([*guard_command("worker.sandbox_guard"), str(box.watch_read), *guarded]),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -12,8 +12,11 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from core.settings import Settings
+if TYPE_CHECKING:  # annotations only: importing the settings costs a CLI start 0.25 s
+    from core.settings import Settings
+
 
 REF_PREFIX = "sha256:"
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")

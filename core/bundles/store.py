@@ -19,10 +19,7 @@ import time
 from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
-
-from sqlalchemy import or_, select
-from sqlmodel import Session, col
+from typing import TYPE_CHECKING, Any
 
 from core.bundles.check import check
 from core.bundles.format import (
@@ -39,9 +36,12 @@ from core.bundles.format import (
     store_dir,
     too_large,
 )
-from core.db import get_engine
-from core.settings import Settings
-from core.tables import TERMINAL_STATUSES, Job
+
+if TYPE_CHECKING:
+    from core.settings import Settings
+
+# The database (SQLAlchemy, the tables) is imported by the two reads that need it: `core.bundles` re-exports this
+# module, and `rankzero submit --code` (packing only) would otherwise load it at every start (~0.5 s of CPU).
 
 
 def _ensure_store(settings: Settings) -> Path:
@@ -130,6 +130,12 @@ def referenced(settings: Settings, now: datetime | None = None) -> set[str]:
     """Digests of the bundles a job still needs: unfinished jobs, and jobs finished within retention."""
     now = now or datetime.now(timezone.utc)
     cutoff = now - timedelta(seconds=settings.bundle_retention_s)
+    from sqlalchemy import or_, select
+    from sqlmodel import Session, col
+
+    from core.db import get_engine
+    from core.tables import TERMINAL_STATUSES, Job
+
     with Session(get_engine(settings.resolved_database_url)) as s:
         rows = s.execute(
             select(col(Job.spec)).where(
@@ -203,6 +209,12 @@ def lru_victims(stored: Iterable[tuple[str, int, float]], cap: int, protected: s
 
 def live(settings: Settings) -> set[str]:
     """Digests of the bundles queued or running jobs name."""
+    from sqlalchemy import select
+    from sqlmodel import Session, col
+
+    from core.db import get_engine
+    from core.tables import TERMINAL_STATUSES, Job
+
     with Session(get_engine(settings.resolved_database_url)) as s:
         rows = s.execute(select(col(Job.spec)).where(col(Job.status).not_in(list(TERMINAL_STATUSES)))).all()
     return _codes(spec for (spec,) in rows)
