@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # imported where used: `rankzero --help` and a command's start need neither (issue 29)
     import httpx
@@ -34,7 +35,64 @@ class CliError(Exception):
     """A failure the user can fix; the message says how."""
 
 
-def default_url(settings: Settings) -> str:
+class Listens(Protocol):
+    """Where an instance listens: `Settings` (the service's) or `Local` (what the client reads)."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+
+
+class HasDataDir(Protocol):
+    @property
+    def data_dir(self) -> Path: ...
+
+
+@dataclass(frozen=True)
+class Local:
+    """The four settings a client command reads (RANKZERO_HOST, _PORT, _DATA_DIR, _API_TOKEN), read from the
+    environment as core/settings.py reads them (names in any case, the same defaults), without building the
+    whole Settings: pydantic-settings alone costs a command 0.25 s of CPU (issue 29). The settings' own
+    defaults are the reference: tests/cli/test_cli_start.py compares the two on a table of environments."""
+
+    host: str
+    port: int
+    data_dir: Path
+    api_token: str | None
+
+
+def local_settings(environ: Mapping[str, str] | None = None) -> Local:
+    """`Local` from `environ` (default: this process's); CliError naming the variable when one is invalid."""
+    env = {k.upper(): v for k, v in (os.environ if environ is None else environ).items()}
+    raw_port = env.get("RANKZERO_PORT")
+    port = 8000
+    if raw_port is not None:
+        try:
+            number = float(raw_port.strip())  # as the settings read it: "9000" and "9000.0" alike
+        except ValueError:
+            number = 0.0
+        port = int(number) if number.is_integer() else 0
+        if not 1 <= port <= 65535:
+            raise CliError(f"RANKZERO_PORT must be a port number from 1 to 65535, not {raw_port[:40]!r}")
+    data_dir = env.get("RANKZERO_DATA_DIR")
+    return Local(
+        host=env.get("RANKZERO_HOST", "127.0.0.1"),
+        port=port,
+        data_dir=Path(data_dir) if data_dir is not None else Path.home() / ".rankzero",
+        api_token=env.get("RANKZERO_API_TOKEN"),
+    )
+
+
+def skip_httpx_cli() -> None:
+    """Call before `import httpx`: httpx's `__init__` imports its own command-line client (`httpx._main`:
+    click, rich's progress and syntax, pygments; 0.07 s of CPU) whenever those are installed, and here they
+    are (typer, rich). Marked absent, it falls back to the stub it keeps for a missing CLI, unused here."""
+    if "httpx" not in sys.modules:
+        sys.modules.setdefault("httpx._main", None)  # pyright: ignore[reportArgumentType]
+
+
+def default_url(settings: Listens) -> str:
     host = settings.host
     if host in ("0.0.0.0", "::", ""):
         host = "127.0.0.1"  # a wildcard bind is reached on loopback from this host
@@ -91,7 +149,7 @@ def forget_server(settings: Settings) -> None:
         pass
 
 
-def recorded_url(settings: Settings) -> str | None:
+def recorded_url(settings: HasDataDir) -> str | None:
     """The URL a live `up` / `api` of this data dir recorded, else None."""
     try:
         record = json.loads((settings.data_dir / SERVER_FILE).read_text())
@@ -149,7 +207,7 @@ def saved_profile() -> tuple[str, dict[str, str]] | None:
     return (str(name), profile) if ok else None  # pyright: ignore[reportReturnType]  (checked: dict of str)
 
 
-def locate(settings: Settings, url: str | None = None, token: str | None = None) -> Instance:
+def locate(settings: Local, url: str | None = None, token: str | None = None) -> Instance:
     """The server and token of the instance `settings` (the environment) describes. Never writes a file."""
     profile = None
     if url:
@@ -167,24 +225,22 @@ def locate(settings: Settings, url: str | None = None, token: str | None = None)
     elif profile is not None:
         token, token_from = profile[1]["token"], f"profile {profile[0]}"
     elif settings.api_token is not None:
-        token, token_from = settings.api_token.get_secret_value(), "RANKZERO_API_TOKEN"
+        token, token_from = settings.api_token.strip(), "RANKZERO_API_TOKEN"
     else:
         path = settings.data_dir / "api_token"
         try:
-            text = path.read_text()
+            token = path.read_text().strip()
         except OSError:
             raise CliError(
                 f"no API token: {path} does not exist (RANKZERO_DATA_DIR is {settings.data_dir}). Set "
                 "RANKZERO_DATA_DIR to the data dir of the server's `rankzero up`, or pass --token / set "
                 "RANKZERO_API_TOKEN"
             ) from None
-        from core.settings import check_token_strength
-
-        try:
-            token = check_token_strength(text, source=str(path))
-        except ValueError as exc:
-            raise CliError(str(exc)) from None
+        # Its strength is the server's to judge (it refuses to start with a weak one, and answers 401 to a
+        # token it does not know): the client only sends it.
         token_from = str(path)
+    if not token:
+        raise CliError(f"the API token from {token_from} is empty: pass --token or set RANKZERO_API_TOKEN")
     return Instance(url, url_from, token, token_from)
 
 
@@ -192,10 +248,16 @@ class Api:
     def __init__(self, url: str, token: str, timeout: float = 30.0, *, instance: Instance | None = None) -> None:
         self.url = url.rstrip("/")
         self.instance = instance
+        skip_httpx_cli()
         import httpx
 
+        # Every request is a path under `url` and redirects are not followed, so a plain http:// instance
+        # never speaks TLS: loading the CA bundle (certifi, 0.04 s of CPU) is for an https:// one only.
         self.http = httpx.Client(
-            base_url=self.url + "/api", headers={"Authorization": f"Bearer {token}"}, timeout=timeout
+            base_url=self.url + "/api",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout,
+            verify=self.url.lower().startswith("https://"),
         )
 
     def _check(self, r: httpx.Response) -> httpx.Response:
@@ -221,6 +283,7 @@ class Api:
         self._send(method, path, **kw)
 
     def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        skip_httpx_cli()
         import httpx
 
         try:
@@ -241,6 +304,7 @@ class Api:
 
     @contextmanager
     def stream(self, path: str) -> Iterator[httpx.Response]:
+        skip_httpx_cli()
         import httpx
 
         try:

@@ -4,14 +4,15 @@ tail of uv's output. REST: GET /api/jobs/{id}/environment (worker/environments/ 
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from cli.app import TokenOpt, UrlOpt, app, call, client_for, console
 from cli.terminal import safe_for_terminal
+
+if TYPE_CHECKING:  # rich is imported where used: not at a command's start (issue 29)
+    from rich.table import Table
 
 
 def environment_summary(env: dict[str, Any]) -> str:
@@ -25,6 +26,9 @@ def environment_summary(env: dict[str, Any]) -> str:
 
 
 def packages_table(env: dict[str, Any]) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(box=None, header_style="bold")
     table.add_column("package")
     table.add_column("version")
@@ -41,6 +45,8 @@ def environment(
     token: TokenOpt = None,
 ) -> None:
     """A job's own Python packages (spec `environment`): the locked versions, and how they were prepared."""
+    from rich.text import Text
+
     env = call(lambda: client_for(url, token).get(f"/jobs/{job_id}/environment"))
     console.print(environment_summary(env), markup=False, highlight=False)
     if env.get("error"):

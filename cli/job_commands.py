@@ -6,9 +6,9 @@ environment's settings describe (RANKZERO_HOST / RANKZERO_PORT / RANKZERO_DATA_D
 resolves them; see cli/client.py `locate`).
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` in a module of commands: typer reads every command's annotations
+# at each start, and from strings it evaluates each four times (0.02 s of CPU per start; issue 29).
 
-import hashlib
 import json
 import sys
 import time
@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.text import Text
 
+# Nothing heavy at the top (rich, yaml, pydantic, httpx, the spec model): each command imports what it uses,
+# so `rankzero --help` and a command's start stay cheap (issue 29; tests/perf/test_cli_imports.py).
 from cli import views
 from cli.app import TokenOpt, UrlOpt, app, call, client_for, console, err, fail
 from cli.client import Api
@@ -109,6 +110,8 @@ def _check_before_upload(body: dict[str, Any]) -> None:
 
 def _print_queued(job: dict[str, Any], note: str = "") -> None:
     # A script's batch is its own business: the built-in trainer's global batch means nothing there.
+    from rich.text import Text
+
     is_script = bool((job.get("spec") or {}).get("entrypoint"))
     shape = "" if is_script else f", global batch {views.number(job['global_batch_size'])}"
     console.print(
@@ -128,6 +131,8 @@ def _follow_to_end(client: Api, job_id: int) -> None:
 
 
 def _print_outcome(job: dict[str, Any]) -> None:
+    from rich.text import Text
+
     loss = f", loss {views.number(job['latest_loss'])}" if job.get("latest_loss") is not None else ""
     console.print(Text.assemble(f"job {job['id']}: ", views.status_text(job["status"]),
                                 f" at step {views.steps(job)}{loss}"))  # fmt: skip
@@ -156,7 +161,7 @@ def jobs(  # noqa: PLR0913 (one parameter per command-line option)
     filters["sort"] = sort
     page = call(lambda: client_for(url, token).get("/jobs", status=status, name=name, limit=limit, **filters))
     console.print(views.jobs_table(page["items"]))
-    console.print(Text(f"{len(page['items'])} of {page['total']} (times in {views.local_zone()})"))
+    console.print(views.text(f"{len(page['items'])} of {page['total']} (times in {views.local_zone()})"))
 
 
 @app.command()
@@ -183,7 +188,7 @@ def hosts(
         _drain_command(action, host, note, client_for(url, token))
         return
     rows = call(lambda: client_for(url, token).get("/hosts"))
-    console.print(views.hosts_table(rows) if rows else Text("(no host has registered: start a worker)"))
+    console.print(views.hosts_table(rows) if rows else views.text("(no host has registered: start a worker)"))
 
 
 def _drain_command(action: str, host: str | None, note: str | None, client: Api) -> None:
@@ -199,7 +204,7 @@ def _drain_command(action: str, host: str | None, note: str | None, client: Api)
 def priority(job_id: int, value: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
     """Set a queued job's priority (higher runs first, -1000 … 1000)."""
     job = call(lambda: client_for(url, token).request("PATCH", f"/jobs/{job_id}", json={"priority": value}))
-    console.print(Text(f"job {job['id']}: priority {job['priority']}"))
+    console.print(views.text(f"job {job['id']}: priority {job['priority']}"))
 
 
 @app.command()
@@ -349,6 +354,8 @@ def download(  # noqa: PLR0913 (one parameter per command-line option)
         )
     ckpt = max(rows, key=lambda c: c["step"])
     target = out or Path(Path(ckpt["path"]).name)
+    import hashlib
+
     digest = hashlib.sha256()
     tmp = target.with_name(target.name + ".part")
 
@@ -366,9 +373,8 @@ def download(  # noqa: PLR0913 (one parameter per command-line option)
             f"expected {ckpt['sha256']}; try again"
         )
     tmp.replace(target)
-    console.print(
-        Text(f"{target}  step {ckpt['step']:,}  {ckpt['bytes']:,} bytes  sha256 {ckpt['sha256']} ✓"), soft_wrap=True
-    )
+    saved = f"{target}  step {ckpt['step']:,}  {ckpt['bytes']:,} bytes  sha256 {ckpt['sha256']} ✓"
+    console.print(views.text(saved), soft_wrap=True)
 
 
 @app.command()

@@ -2,22 +2,22 @@
 `rankzero tokens ...` (admin, or a member for her own tokens), `rankzero whoami`, and a job's housekeeping
 (`archive`, `delete`, `tag`, `note`)."""
 
-from __future__ import annotations
+# No `from __future__ import annotations` in a module of commands: typer reads every command's annotations
+# at each start, and from strings it evaluates each four times (0.02 s of CPU per start; issue 29).
 
 import re
 from typing import Annotated, Any
 
 import typer
-from rich import box
-from rich.table import Table
-from rich.text import Text
 
 from cli.app import TokenOpt, UrlOpt, app, call, client_for, console, fail
 from cli.client import PROFILE_NAME, Api, CliError, config_dir, read_profiles, write_profiles
 from cli.views import local_time
 
-users_app = typer.Typer(help="Users of this instance (admin): list, add, set role or quotas.", no_args_is_help=True)
-tokens_app = typer.Typer(help="API tokens: list, add, revoke.", no_args_is_help=True)
+# rich_markup_mode=None as on `app` (cli/app.py): click's plain help, without importing rich (issue 29).
+users_app = typer.Typer(help="Users of this instance (admin): list, add, set role or quotas.", no_args_is_help=True,
+                        rich_markup_mode=None)  # fmt: skip
+tokens_app = typer.Typer(help="API tokens: list, add, revoke.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(users_app, name="users")
 app.add_typer(tokens_app, name="tokens")
 
@@ -25,6 +25,8 @@ RoleOpt = Annotated[str, typer.Option("--role", help="viewer, member or admin.")
 
 
 def _shown_once(token: dict[str, Any]) -> None:
+    from rich.text import Text
+
     console.print(Text.assemble("token ", (token["name"], "bold"), f" (id {token['id']}) for {token['user']}:"))
     console.print(token["token"], highlight=False, soft_wrap=True)
     console.print(Text("Shown once: hand it over privately (`rankzero login URL` stores it).", style="dim"))
@@ -91,6 +93,9 @@ def whoami(url: UrlOpt = None, token: TokenOpt = None) -> None:
 @users_app.command("list")
 def users_list(url: UrlOpt = None, token: TokenOpt = None) -> None:
     rows = call(lambda: client_for(url, token).get("/users"))
+    from rich import box
+    from rich.table import Table
+
     table = Table(box=box.SIMPLE_HEAD)
     for col in ("id", "name", "role", "GPUs", "slots", "queued", "since"):
         table.add_column(col)
@@ -139,6 +144,9 @@ def users_set(  # noqa: PLR0913 (one parameter per command-line option)
 @tokens_app.command("list")
 def tokens_list(user: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
     rows = call(lambda: client_for(url, token).get(f"/users/{user}/tokens"))
+    from rich import box
+    from rich.table import Table
+
     table = Table(box=box.SIMPLE_HEAD)
     for col in ("id", "name", "created", "last used", "revoked"):
         table.add_column(col)

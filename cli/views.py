@@ -5,11 +5,11 @@ times in the local time zone (named), tables that fit 80 columns."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich import box
-from rich.table import Table
-from rich.text import Text
+if TYPE_CHECKING:  # rich is imported by the functions that build its objects: not at a command's start (issue 29)
+    from rich.table import Table
+    from rich.text import Text
 
 
 def finished_states() -> frozenset[str]:
@@ -24,6 +24,8 @@ STATUS_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "r
 
 def text(value: Any, style: str = "") -> Text:
     """A cell or line that prints verbatim."""
+    from rich.text import Text
+
     return Text("" if value is None else str(value), style=style)
 
 
@@ -84,6 +86,9 @@ def status_text(status: str) -> Text:
 def jobs_table(items: list[dict[str, Any]]) -> Table:
     # id and status keep their full width on any terminal (the id is what every other command takes);
     # name, strategy and created give way first.
+    from rich import box
+    from rich.table import Table
+
     id_width = max([len(str(j["id"])) for j in items] + [2])
     status_width = max([len(str(j["status"])) for j in items] + [6])
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
@@ -113,6 +118,9 @@ SHOW_FIELDS: tuple[tuple[str, str], ...] = (
 
 
 def show_table(job: dict[str, Any]) -> Table:
+    from rich import box
+    from rich.table import Table
+
     table = Table(show_header=False, box=box.SIMPLE, pad_edge=False)
     table.add_column(style="dim", no_wrap=True)
     table.add_column(overflow="fold")
@@ -140,12 +148,14 @@ def placement_rows(job: dict[str, Any]) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     if job.get("status") == "queued" and job.get("pending_reason"):
         rows.append(("waiting", job["pending_reason"]))
-    from core.placement_record import BadPlacement, read_placement  # the one reader of a placement
+    placed = None
+    if job.get("placement"):  # the reader (pydantic models, core.placement) only for a job that has one
+        from core.placement_record import BadPlacement, read_placement  # the one reader of a placement
 
-    try:
-        placed = read_placement(job.get("placement"))
-    except BadPlacement:
-        placed = None  # a damaged one: the rest of the job still shows
+        try:
+            placed = read_placement(job.get("placement"))
+        except BadPlacement:
+            placed = None  # a damaged one: the rest of the job still shows
     if placed is not None and placed.nodes:
         hosts = ", ".join(n.host + (f" (GPU {','.join(n.gpus)})" if n.gpus else "") for n in placed.nodes)
         rows.append(("hosts", hosts))
@@ -161,6 +171,9 @@ def placement_rows(job: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def hosts_table(hosts: list[dict[str, Any]]) -> Table:
+    from rich import box
+    from rich.table import Table
+
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("host", no_wrap=True)
     table.add_column("state", no_wrap=True)
@@ -181,6 +194,9 @@ def hosts_table(hosts: list[dict[str, Any]]) -> Table:
 
 
 def timeline_table(transitions: list[dict[str, Any]]) -> Table:
+    from rich import box
+    from rich.table import Table
+
     table = Table(title="timeline", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("at", no_wrap=True)
     table.add_column("status", no_wrap=True)
@@ -216,6 +232,9 @@ def series_summary(series: dict[str, Any]) -> dict[str, Any]:
 
 
 def metrics_table(summaries: list[dict[str, Any]]) -> Table:
+    from rich import box
+    from rich.table import Table
+
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("series", overflow="fold")
     for name in ("points", "step", "latest", "min", "@step", "max", "@step"):
@@ -230,6 +249,9 @@ def metrics_table(summaries: list[dict[str, Any]]) -> Table:
 
 def checkpoints_table(rows: list[dict[str, Any]], run_dir: str) -> Table:
     """`path` relative to the runs dir: what `resume_from` takes as it is."""
+    from rich import box
+    from rich.table import Table
+
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("id", justify="right", no_wrap=True)
     table.add_column("step", justify="right", no_wrap=True)

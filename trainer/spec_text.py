@@ -13,11 +13,12 @@ POST /api/jobs).
 
 from __future__ import annotations
 
+import functools
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-from yaml.composer import ComposerError
+if TYPE_CHECKING:
+    import yaml
 
 MAX_SPEC_TEXT_BYTES = 64 * 1024
 MAX_SPEC_DEPTH = 32
@@ -27,28 +28,41 @@ class SpecTextError(ValueError):
     """The text is not one readable spec mapping; the message says what to fix."""
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """safe_load without anchors/aliases and with at most MAX_SPEC_DEPTH levels of nesting."""
+@functools.cache
+def _no_alias_loader() -> type[yaml.SafeLoader]:
+    """safe_load without anchors/aliases and with at most MAX_SPEC_DEPTH levels of nesting.
 
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
+    Built on first use: PyYAML is imported only when YAML is read (`rankzero`'s start imports this module,
+    and most commands never read a spec; issue 29)."""
+    import yaml
+    from yaml.composer import ComposerError
 
-    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise ComposerError(None, None, "aliases (*name) are not supported: write the value out", event.start_mark)
-        if getattr(self.peek_event(), "anchor", None) is not None:
-            event = self.peek_event()
-            raise ComposerError(None, None, "anchors (&name) are not supported: write each value out", event.start_mark)
-        if self._depth >= MAX_SPEC_DEPTH:
-            event = self.peek_event()
-            raise ComposerError(None, None, f"nested deeper than {MAX_SPEC_DEPTH} levels", event.start_mark)
-        self._depth += 1
-        try:
-            return super().compose_node(parent, index)  # type: ignore[no-untyped-call]
-        finally:
-            self._depth -= 1
+    class NoAliasLoader(yaml.SafeLoader):
+        def __init__(self, stream: str) -> None:
+            super().__init__(stream)
+            self._depth = 0
+
+        def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise ComposerError(
+                    None, None, "aliases (*name) are not supported: write the value out", event.start_mark
+                )
+            if getattr(self.peek_event(), "anchor", None) is not None:
+                event = self.peek_event()
+                raise ComposerError(
+                    None, None, "anchors (&name) are not supported: write each value out", event.start_mark
+                )
+            if self._depth >= MAX_SPEC_DEPTH:
+                event = self.peek_event()
+                raise ComposerError(None, None, f"nested deeper than {MAX_SPEC_DEPTH} levels", event.start_mark)
+            self._depth += 1
+            try:
+                return super().compose_node(parent, index)  # type: ignore[no-untyped-call]
+            finally:
+                self._depth -= 1
+
+    return NoAliasLoader
 
 
 def _is_json(filename: str | None) -> bool:
@@ -83,8 +97,10 @@ def _parse_json(text: str) -> Any:
 
 
 def _parse_yaml(text: str) -> Any:
+    import yaml
+
     try:
-        return yaml.load(text, Loader=_NoAliasLoader)  # a SafeLoader subclass
+        return yaml.load(text, Loader=_no_alias_loader())  # a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
