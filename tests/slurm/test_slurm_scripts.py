@@ -91,3 +91,21 @@ def test_a_job_whose_packages_cannot_be_had_fails_before_slurm_sees_it(agent: Ag
     job = drive(agent, job_id, lambda j: j.status in TERMINAL, timeout=120)
     assert job.status is JobStatus.failed and job.backend_job_id is None  # never submitted
     assert job.error is not None and "rankzero-no-such-q7x" in job.error, job.error
+
+
+def test_a_script_that_only_prints_ends_with_its_step_and_series_from_its_console(agent: Agent) -> None:
+    """tests/console/projects/printer in its nanoGPT voice (worker/console_feed.py, read by the agent as a worker)."""
+    printer = Path(__file__).resolve().parents[1] / "console" / "projects" / "printer"
+    spec = {"name": "console", "nproc": 2, "code": upload(agent.settings, printer), "entrypoint": "train.py nanogpt"}
+    job_id = submit(agent, spec)
+    job = drive(agent, job_id, lambda j: j.status in TERMINAL)
+    assert job.status is JobStatus.succeeded, job.error
+    with Session(agent.engine) as s:
+        points = s.exec(select(MetricPoint).where(MetricPoint.job_id == job_id)).all()
+    series: dict[str, list[tuple[int, float]]] = {}
+    for p in sorted(points, key=lambda p: p.step):
+        series.setdefault(p.name, []).append((p.step, p.value))
+    assert set(series) == {"loss", "time", "mfu", "train loss", "val loss"}, set(series)
+    assert [step for step, _ in series["loss"]] == list(range(31)) and series["loss"][-1] == (30, 2.5)
+    assert series["val loss"] == [(0, 4.1), (10, 3.1), (20, 2.1), (30, 1.1)]
+    assert job.step == 30 and job.latest_loss == 2.5

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from pydantic import ValidationError
 from sqlalchemy.engine import Engine
 
 from core import jobs
@@ -28,6 +29,7 @@ from trainer.entrypoint import parse_entrypoint
 from trainer.run_dir import RunDir, job_run_dir
 from trainer.spec import JobSpec
 from worker import bundles, environments, errors, run_record
+from worker.console_feed import ConsoleFeed
 from worker.ingest import EventTail, Ingestor, TimedMetric
 from worker.launch import job_env, rank_env
 from worker.script_jobs import entrypoint_values, script_job_env, script_workdir
@@ -89,6 +91,7 @@ class _Watched:
     ingestor: Ingestor
     attempt: int
     tensorboard: TensorBoardTail  # a script's TensorBoard scalars (worker/tensorboard.py), as a worker reads them
+    console: ConsoleFeed | None  # a script's printed metrics, this attempt's rank 0 logs (worker/console_feed.py)
     pending_tb: list[TimedMetric] = field(default_factory=list)
 
 
@@ -277,7 +280,7 @@ class Agent:
     def _requeued(self, row: rows.Row, target: int, reading: Reading) -> rows.Row:
         """Slurm restarted the job (preemption, the time limit, a node failure): the attempt that ran ends
         as requeued (its events ingested), and the row becomes attempt `target`, waiting in Slurm."""
-        self._ingest(row)
+        self._ingest(row, final=True)
         self.watched.pop(row.job_id, None)
         words = f"requeued by Slurm: resumes from its newest checkpoint as attempt {target}"
         # starting or running → queued → starting as attempt `target` (one that never ran moves on too).
@@ -295,28 +298,40 @@ class Agent:
         except (OSError, commands.SlurmError) as exc:
             log.warning("job %s: scancel %s: %s (retried next period)", row.job_id, row.backend_job_id, exc)
 
-    def _ingest(self, row: rows.Row) -> None:
+    def _ingest(self, row: rows.Row, final: bool = False) -> None:
+        """What the ranks wrote since the last period, as a worker's watcher writes it (worker/watch.py): events,
+        then TensorBoard scalars, then a script's console points (the SDK and TensorBoard win a name over the
+        console). `final`: the attempt has ended (the console's held points and partial lines are written)."""
         w = self.watched.get(row.job_id)
         if w is None or w.attempt != row.attempt:
             run = RunDir(job_run_dir(self.runs_dir, row.job_id))
             tail = w.tail if w is not None else EventTail(run.events)
             tensorboard = w.tensorboard if w is not None else TensorBoardTail(run.tensorboard)
             ingestor = Ingestor(self.engine, row.job_id, run.root, attempt=row.attempt)
-            w = _Watched(tail, ingestor, row.attempt, tensorboard)
+            w = _Watched(tail, ingestor, row.attempt, tensorboard, _console(run, row.attempt, row.spec))
             self.watched[row.job_id] = w
+        if w.console is not None:
+            w.console.read()
         while batch := w.tail.read():
+            if w.console is not None:
+                w.console.claim(batch, ())
             w.ingestor.ingest(batch)
         # TensorBoard scalars: idempotent per name and step (a restarted agent re-reads the files from the start).
         # At most TB_POINTS a period per job, so one large folder never holds the other jobs' periods back.
         if len(w.pending_tb) < TB_POINTS:
-            w.pending_tb.extend(w.tensorboard.read())
+            scalars = w.tensorboard.read()
+            if w.console is not None:
+                w.console.claim((), scalars)
+            w.pending_tb.extend(scalars)
         if w.pending_tb:
             w.ingestor.ingest_metrics(w.pending_tb[:TB_POINTS])
             del w.pending_tb[:TB_POINTS]
+        if w.console is not None:
+            w.console.write(w.ingestor, final=final)
 
     def _end(self, row: rows.Row, reading: Reading, slurm: SlurmJob | None) -> None:
         run = RunDir(job_run_dir(self.runs_dir, row.job_id))
-        self._ingest(row)
+        self._ingest(row, final=True)
         w = self.watched.pop(row.job_id, None)
         if row.status is not S.cancelling and stopped_resumably(list(run_record.read_events(run))):
             self._resubmit(row, reading)
@@ -356,6 +371,16 @@ class Agent:
             except Exception:
                 log.exception("slurm agent period failed; retrying")
             stop.wait(self.settings.slurm_poll_s)
+
+
+def _console(run: RunDir, attempt: int, raw_spec: dict) -> ConsoleFeed | None:
+    """A script job's console feed (None for the built-in trainer, or a spec that no longer validates)."""
+    try:
+        spec = JobSpec.model_validate(raw_spec)
+    except ValidationError:
+        return None
+    feed = ConsoleFeed(run, attempt, spec)
+    return feed if feed.enabled else None
 
 
 def stopped_resumably(events: list[dict]) -> bool:
