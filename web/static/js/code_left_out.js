@@ -4,7 +4,7 @@
 // bundle's file list, which the panel fetches only when asked). Shown as soon as the panel shows a bundle: a
 // job that cannot find its data should see why without opening anything.
 import { api } from "./api.js";
-import { $, h, setText } from "./dom.js";
+import { $, h } from "./dom.js";
 import { fmtBytes, fmtInt } from "./format.js";
 
 /** @typedef {import("../../types/api").components["schemas"]["LeftOutFile"]} LeftOutFile */
@@ -22,8 +22,11 @@ async function load(sha) {
     box.hidden = items.length === 0;
     const files = items.reduce((n, e) => n + e.files, 0);
     const bytes = items.reduce((n, e) => n + e.bytes, 0);
-    setText($("#code-left-out-status"), `${fmtInt(files)} ${files === 1 ? "file" : "files"}, ${fmtBytes(bytes)}. ` +
-      "A line `!PATTERN` in .rankzeroignore, or `--include GLOB`, uploads a file anyway.");
+    // What to type is code, not text with backticks in it.
+    $("#code-left-out-status").replaceChildren(
+      `${fmtInt(files)} ${files === 1 ? "file" : "files"}, ${fmtBytes(bytes)}. A line `, h("code", {}, "!PATTERN"),
+      " in ", h("code", {}, ".rankzeroignore"), ", or ", h("code", {}, "rankzero submit --include GLOB"),
+      ", uploads a file anyway.");
     $("#code-left-out-body").replaceChildren(...items.map((e) => h("tr", {},
       h("td", {}, h("code", {}, e.path)),
       h("td", { class: "num" }, fmtBytes(e.bytes)),
