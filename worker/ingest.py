@@ -42,6 +42,7 @@ from trainer.run_dir import CHECKPOINT_NAME
 
 BATCH = 20_000  # events per transaction
 COPY_THRESHOLD = 500  # PostgreSQL: from this many points on, COPY beats INSERT … VALUES
+STREAM_EVERY = 1_000  # PostgreSQL: events handled between two hand-overs of their points to the open COPY
 
 
 MAX_EVENT_LINE = 1 << 20  # bytes of one pending events.jsonl line the worker holds at most
@@ -50,7 +51,8 @@ MAX_EVENT_LINE = 1 << 20  # bytes of one pending events.jsonl line the worker ho
 # the Python wrappers): a line that is plain UTF-8 JSON goes to the scanner directly (about half the
 # parse time; bench/service.py), and any other line to json.loads, whose rules (a BOM, UTF-16, its
 # errors) stay the only ones.
-_scan_json = json.scanner.make_scanner(json.JSONDecoder())
+# (typeshed types the C scanner's argument as a scanner; CPython's own json.decoder passes the decoder)
+_scan_json = json.scanner.make_scanner(json.JSONDecoder())  # pyright: ignore[reportArgumentType]
 _JSON_SPACE = " \t\r"  # JSON's whitespace, bar the newline that ended the line
 
 
@@ -440,32 +442,70 @@ def _lock_job(cur: Any, job_id: int) -> bool:
     return cur.fetchone() is not None
 
 
-def _pg_copy_points(conn: Any, job_id: int, points: list[Point]) -> None:
-    """`points` (all of job `job_id`) into metric_points, in the caller's transaction."""
-    from psycopg.errors import UniqueViolation
+class _PointStream:
+    """One COPY of a job's points into metric_points, open while the batch's events are still being read
+    (`send` hands over the points appended to `points` since the last call), in the caller's transaction.
 
-    cur = conn.connection.dbapi_connection.cursor()
-    url = str(conn.engine.url)
-    try:
+    Why open early (issue 29): the server's share of a point (~5 µs: heap, three indexes) is most of its
+    cost; rows sent while the handlers build the rest are written by the server meanwhile, instead of
+    after the whole batch is built. Closing it (`with`'s end) finishes the COPY; when the unique (job, seq)
+    index refused it (another ingester got there first), the savepoint goes and the whole of `points`
+    goes the ON CONFLICT way. An exception inside the block aborts the COPY, and the caller's transaction
+    rolls back with its offset: nothing of the batch stays."""
+
+    def __init__(self, conn: Any, job_id: int, points: list[Point]) -> None:
+        self.conn, self.job_id, self.points, self.sent = conn, job_id, points, 0
+
+    def __enter__(self) -> _PointStream:
+        conn = self.conn
+        self.cur = cur = conn.connection.dbapi_connection.cursor()
+        url = str(conn.engine.url)
         # events.jsonl is the durable copy: a batch lost in a server crash is lost together with
         # its ingested_seq (same transaction) and simply re-read, so the commit need not wait for fsync.
         cur.execute("SET LOCAL synchronous_commit TO OFF")
-        nested = conn.begin_nested()
+        self.nested = conn.begin_nested()
+        # No job row (deleted): no shortcut, and the COPY's own check refuses the points as before.
+        self.fk_once = _fk_once_allowed(cur, url) and _lock_job(cur, self.job_id)
+        if self.fk_once:
+            cur.execute("SET LOCAL session_replication_role = replica")  # triggers off: the FK checked above
+        types = _point_types(cur, url)
+        self._copying = cur.copy(_COPY_POINTS + " (FORMAT BINARY)" if types else _COPY_POINTS)
+        self.copy = self._copying.__enter__()
+        if types:
+            self.copy.set_types(types)
+        return self
+
+    def send(self) -> None:
+        write_row, points = self.copy.write_row, self.points
+        for i in range(self.sent, len(points)):
+            write_row(points[i])
+        self.sent = len(points)
+
+    def __exit__(self, kind: Any, error: Any, tb: Any) -> None:
+        from psycopg.errors import UniqueViolation
+
         try:
-            # No job row (deleted): no shortcut, and the COPY's own check refuses the points as before.
-            fk_once = _fk_once_allowed(cur, url) and _lock_job(cur, job_id)
-            if fk_once:
-                cur.execute("SET LOCAL session_replication_role = replica")  # triggers off: the FK checked above
-            _copy_rows(cur, _COPY_POINTS, _point_types(cur, url), points)
-            if fk_once:
-                cur.execute("SET LOCAL session_replication_role = origin")
-        except UniqueViolation:  # some of these seqs are there already (another ingester): skip those
-            nested.rollback()  # (the role goes back with it)
-            _copy_via_temp(cur, points)
-        else:
-            nested.commit()
-    finally:
-        cur.close()
+            if kind is not None:
+                self._copying.__exit__(kind, error, tb)  # the COPY aborted; the caller's exception goes on
+                return
+            self.send()
+            try:
+                self._copying.__exit__(None, None, None)
+                if self.fk_once:
+                    self.cur.execute("SET LOCAL session_replication_role = origin")
+            except UniqueViolation:  # some of these seqs are there already (another ingester): skip those
+                self.nested.rollback()  # (the role goes back with it)
+                _copy_via_temp(self.cur, self.points)
+            else:
+                self.nested.commit()
+        finally:
+            self.cur.close()
+
+
+def _pg_copy_points(conn: Any, job_id: int, points: list[Point]) -> None:
+    """`points` (all of job `job_id`) into metric_points, in the caller's transaction."""
+    with _PointStream(conn, job_id, points):
+        pass  # all of them are sent at the end
 
 
 _TEMP_TYPES = ["int8", "int8", "int8", "text", "float8", "float8"]  # rz_points_in's columns, below
@@ -606,9 +646,23 @@ class Ingestor:
 
     def _ingest_batch(self, events: list[Event]) -> int:
         batch = self._new_batch()
+        if self.engine.dialect.name == "postgresql" and len(events) >= COPY_THRESHOLD:
+            top = self._stream_batch(events, batch)
+        else:
+            top = self._handle(events, batch)
+            if top == self.ingested_seq and not batch.progress:
+                return 0
+            self._write(batch, top)
+        self.ingested_seq = top
+        self._kept(batch)
+        return len(batch.points)
+
+    def _handle(self, events: list[Event], batch: _Batch, send: Callable[[], None] | None = None) -> int:
+        """Each event to its handlers, into `batch`; returns the highest seq ingested with it. `send`: called
+        every STREAM_EVERY events, to hand the points built so far to an open COPY (`_stream_batch`)."""
         seen, done = self.seen, self.ingested_seq
         top, last = done, seen.last_event_seq
-        for ev in events:  # per event of a burst of 100,000s: plain comparisons, no call that can be skipped
+        for i, ev in enumerate(events):  # per event of a burst of 100,000s: plain comparisons, no call to skip
             seq = ev["seq"]
             if seq > last:
                 last = seq
@@ -620,24 +674,36 @@ class Ingestor:
             if seq > top:
                 top = seq
             handler.write(batch, ev)
+            if send is not None and i % STREAM_EVERY == 0:
+                send()
         seen.last_event_seq = last
         self._step_from_metrics(batch)
-        if top == self.ingested_seq and not batch.progress:
-            return 0
-        self._write(batch, top)
-        self.ingested_seq = top
-        self._kept(batch)
-        return len(batch.points)
+        return top
+
+    def _stream_batch(self, events: list[Event], batch: _Batch) -> int:
+        """PostgreSQL, a large batch: its points COPYed while its events are read, then the rest of the batch's
+        rows and the offset, all in one transaction (nothing new: the empty COPY commits, the offset stays)."""
+        with self.engine.begin() as conn:
+            with _PointStream(conn, self.job_id, batch.points) as stream:
+                top = self._handle(events, batch, stream.send)
+            if top != self.ingested_seq or batch.progress:
+                self._write_rows(conn, batch, top)
+        return top
 
     def _write(self, batch: _Batch, top: int) -> None:
         """The batch's rows and the job's progress up to seq `top`, in one transaction."""
         with self.engine.begin() as conn:
             if batch.points:
                 self._insert_points(conn, batch.points)
-            if batch.ckpts:
-                conn.execute(self._ckpts, batch.ckpts)
-                self._forget_deleted_checkpoints(conn)
-            jobs.record_ingested(conn, self.job_id, top, batch.progress, attempt=self.attempt)
+            self._write_rows(conn, batch, top)
+
+    def _write_rows(self, conn: Any, batch: _Batch, top: int) -> None:
+        """The batch's rows beside its points (checkpoints) and the offset with the job's progress: the last
+        statements of the batch's transaction (its points are in already)."""
+        if batch.ckpts:
+            conn.execute(self._ckpts, batch.ckpts)
+            self._forget_deleted_checkpoints(conn)
+        jobs.record_ingested(conn, self.job_id, top, batch.progress, attempt=self.attempt)
 
     def _insert_points(self, conn: Any, points: list[Point]) -> None:
         if self.engine.dialect.name != "postgresql" or len(points) < COPY_THRESHOLD:

@@ -4,8 +4,8 @@ The guarantee (worker/ingest.py): a batch's points and the job's `ingested_seq` 
 worker resumes from) commit in one transaction, and metric_points is unique on (job, seq), so a replay
 skips what is there. These run the real path — an events.jsonl read by `EventTail`, `Ingestor` writing
 to SQLite and PostgreSQL (COPY in binary for a large batch, INSERT … ON CONFLICT for a small one) — and
-crash it on purpose: between the points' write and the offset's commit, inside the COPY, and after the
-commit but before the ingester learns of it. After each, a new ingester re-reads the file from offset 0,
+crash it on purpose: between the points' write and the offset's commit, midway through the points (on
+PostgreSQL, with the COPY open), and after the commit but before the ingester learns of it. After each, a new ingester re-reads the file from offset 0,
 as a restarted worker does, and every point is there once.
 """
 
@@ -136,13 +136,23 @@ def test_a_crash_inside_the_bulk_write_leaves_no_part_of_the_batch(database_url,
     job_id = _job(database_url)
     events = tmp_path / "events.jsonl"
     _write_events(events, 0, LARGE)
-    real = ingest.Ingestor._insert_points
+    if database_url.startswith("postgresql"):  # the COPY is open while the events are read: die midway
+        send = ingest._PointStream.send
 
-    def half_then_crash(self: Any, conn: Any, points: list) -> None:
-        real(self, conn, points[: len(points) // 2])  # half the rows sent (PostgreSQL: COPYed)
-        raise Crash
+        def send_then_crash(self: Any) -> None:
+            send(self)
+            if self.sent > LARGE // 2:
+                raise Crash
 
-    monkeypatch.setattr(ingest.Ingestor, "_insert_points", half_then_crash)
+        monkeypatch.setattr(ingest._PointStream, "send", send_then_crash)
+    else:
+        insert = ingest.Ingestor._insert_points
+
+        def half_then_crash(self: Any, conn: Any, points: list) -> None:
+            insert(self, conn, points[: len(points) // 2])
+            raise Crash
+
+        monkeypatch.setattr(ingest.Ingestor, "_insert_points", half_then_crash)
     with pytest.raises(Crash):
         _run_worker(database_url, job_id, events)
     assert _stored(database_url, job_id) == (0, set())
