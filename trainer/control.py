@@ -69,8 +69,9 @@ class RunControl:
                 raise NonFiniteLoss(int(bad_step), rank)
         return values[0] > 0
 
-    def check(self, step: int, first_bad_step: torch.Tensor) -> bool:
-        """Call at every step boundary (after step `step`, 1-based). True: every rank stops here."""
+    def check(self, step: int, first_bad_step: Callable[[], torch.Tensor]) -> bool:
+        """Call at every step boundary (after step `step`, 1-based). True: every rank stops here.
+        `first_bad_step` gives this rank's first non-finite step (asked only when a check starts)."""
         if self._pending is not None:
             work, vec = self._pending
             self._pending = None
@@ -79,12 +80,12 @@ class RunControl:
             if self._act_on(vec):
                 return True
         if step % self.every == 0:
-            vec = self._local_vector(first_bad_step)
+            vec = self._local_vector(first_bad_step())
             work = dist.all_reduce(vec, op=dist.ReduceOp.SUM, async_op=True) if self.world_size > 1 else None
             self._pending = (work, vec)
         return False
 
-    def settle(self, first_bad_step: torch.Tensor) -> bool:
+    def settle(self, first_bad_step: Callable[[], torch.Tensor]) -> bool:
         """A blocking check (before a checkpoint and at the end, which sync anyway): settle the
         in-flight check, raise on a non-finite loss anywhere — so no checkpoint holds nan weights —
         and return whether every rank should stop here."""
@@ -93,7 +94,7 @@ class RunControl:
             self._pending = None
             if work is not None:
                 work.wait()
-        vec = self._local_vector(first_bad_step)
+        vec = self._local_vector(first_bad_step())
         if self.world_size > 1:
             dist.all_reduce(vec, op=dist.ReduceOp.SUM)
         return self._act_on(vec)

@@ -318,7 +318,7 @@ class _Run:
         self.device = ctx.device
         self.schedule = Schedule.of(spec, built)
         self.control = RunControl(stop, ctx.rank, ctx.world_size, ctx.device, CONTROL_EVERY)
-        self.meter = LossMeter(ctx.device)
+        self.meter = LossMeter(ctx.device, spec.accumulation_steps)
         self.throughput = Throughput()
         self.saver = ckpt_io.AsyncCheckpointWriter(run, spec.checkpoint.keep_last)
         self._beat_at = 0.0
