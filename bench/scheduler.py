@@ -1,8 +1,16 @@
 """The scheduler's placement decision (core/placement.py `plan`) and, later, submit → first step (issue 10).
 
     .venv/bin/python bench/scheduler.py [--jobs 1000] [--hosts 50] [--running 200] [--users 20] [--passes 30]
-        [--seed 1] [--no-service]
+        [--seed 1] [--no-service] [--sizes 1000x50x200,1000x500x2000,10000x500x2000] [--size-rounds 5]
 
+0. Before / after (issue 29): at each of `--sizes` (queued × hosts × running), one pass of today's indexed
+   `plan` beside the full pass it replaced (core/placement_reference.py `plan_reference`, the baseline),
+   alternating, `--size-rounds` rounds of each, on the same inputs; CPU and wall medians and their ratio.
+   Both passes decide the same plan (checked here once per size, and by tests/scheduler/
+   test_placement_equivalence.py). Target: ≤ 100 ms CPU at 10 000 × 500 × 2 000. What is timed is the
+   pure decision; the pass's SQL reads and writes (worker/scheduler.py) are not in it.
+0b. The pass's read (worker/scheduler.py `_read`) of `--read-jobs` queued jobs on SQLite: every spec read
+   and validated (as before) beside a pass that knows them (after); the writes are not timed.
 1. Placement decision time: one `plan()` pass over `--jobs` queued jobs (mixed sizes, priorities, devices;
    ~15 % elastic, ~8 % multi-node) on `--hosts` simulated hosts (⅗ GPU hosts with 2/4/8 GPUs on two
    shared runs dirs, ⅖ CPU hosts with 8–32 slots; two pools) holding `--running` running jobs (a third
@@ -45,10 +53,12 @@ sys.path.insert(0, str(ROOT))
 from dataclasses import replace  # noqa: E402
 
 from core.placement import HostView, NodeUse, Team, Usage, Waiting, plan  # noqa: E402
+from core.placement_reference import plan_reference  # noqa: E402
 from core.quotas import Quota  # noqa: E402
 from trainer.spec import JobSpec  # noqa: E402
 
 TARGET_MS = 50.0
+SIZES_TARGET_MS = {(10_000, 500, 2_000): 100.0}  # issue 29
 
 
 def make_hosts(n: int, rng: random.Random) -> list[HostView]:
@@ -159,6 +169,99 @@ def _p95(xs: list[float]) -> float:
 
 def _verdict(times: list[float]) -> str:
     return "ok" if _p95(times) <= TARGET_MS else "OVER"
+
+
+def _one_cpu_ms(fn: Callable[[], object]) -> tuple[float, float]:
+    gc.collect()
+    start, start_cpu = time.perf_counter(), time.process_time()
+    fn()
+    return (time.process_time() - start_cpu) * 1000, (time.perf_counter() - start) * 1000
+
+
+def before_after(args: argparse.Namespace) -> None:
+    """The indexed pass beside the full pass it replaced, at each size, alternating rounds."""
+    print(
+        "\n0. one placement pass, before (core/placement_reference.py, the full pass) and after (core/placement.py)\n"
+        f"   {args.size_rounds} alternating rounds of each after a warm-up; medians; ms\n"
+    )
+    print(
+        f"{'queued × hosts × running':<26} {'places':>6} {'before cpu':>10} {'after cpu':>10} {'÷':>6} "
+        f"{'before wall':>11} {'after wall':>10} {'÷':>6}  target"
+    )
+    for size in args.sizes.split(","):
+        jobs, hosts_n, running = (int(x) for x in size.split("x"))
+        rng = random.Random(args.seed)
+        hosts = make_hosts(hosts_n, rng)
+        usage = make_usage(hosts, running, rng)
+        waiting = make_waiting(jobs, rng)
+        after_plan, before_plan = plan(waiting, hosts, usage), plan_reference(waiting, hosts, usage)  # warm-up
+        if after_plan != before_plan:
+            raise SystemExit(f"at {size} the indexed pass decided otherwise than the full pass: a bug")
+        times: dict[str, list[tuple[float, float]]] = {"before": [], "after": []}
+        for _ in range(args.size_rounds):
+            times["before"].append(_one_cpu_ms(lambda w=waiting, h=hosts, u=usage: plan_reference(w, h, u)))
+            times["after"].append(_one_cpu_ms(lambda w=waiting, h=hosts, u=usage: plan(w, h, u)))
+        cpu = {k: statistics.median(t[0] for t in v) for k, v in times.items()}
+        wall = {k: statistics.median(t[1] for t in v) for k, v in times.items()}
+        target = SIZES_TARGET_MS.get((jobs, hosts_n, running))
+        verdict = "" if target is None else f"≤ {target:.0f} ms cpu: {'ok' if cpu['after'] <= target else 'OVER'}"
+        label = f"{jobs:,} × {hosts_n} × {running:,}"
+        print(
+            f"{label:<26} {len(after_plan.placements):>6} {cpu['before']:>10.1f} {cpu['after']:>10.1f} "
+            f"{cpu['before'] / cpu['after']:>6.1f} {wall['before']:>11.1f} {wall['after']:>10.1f} "
+            f"{wall['before'] / wall['after']:>6.1f}  {verdict}"
+        )
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(
+        f"÷: before / after. Load average now {load:.1f} on {os.cpu_count()} CPUs (CPU time is what load inflates "
+        "least)"
+    )
+
+
+def pass_reads(args: argparse.Namespace) -> None:
+    """The pass's read (worker/scheduler.py `_read`: hosts, and every job that holds or wants capacity) on a
+    SQLite database of `--read-jobs` queued jobs: each spec read and validated every pass (as before the
+    scheduler kept them) beside a pass that finds them all known; alternating rounds, CPU ms."""
+    import tempfile
+    from datetime import datetime, timezone
+
+    from sqlalchemy import insert
+
+    from core import migrate
+    from core.db import get_engine
+    from core.settings import Settings
+    from core.tables import Job
+    from worker import scheduler
+
+    rng = random.Random(args.seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = Settings(data_dir=Path(tmp) / "data", runs_dir=Path(tmp) / "runs")
+        settings.data_dir.mkdir(parents=True)
+        url = settings.resolved_database_url
+        migrate.upgrade(url)
+        engine = get_engine(url)
+        now = datetime.now(timezone.utc)
+        rows = []
+        for job in make_waiting(args.read_jobs, rng):
+            spec = job.spec.model_dump(mode="json")
+            rows.append({"name": f"job-{job.job_id}", "spec": spec, "status": "queued", "priority": job.priority,
+                         "queue": job.pool, "created_at": now})  # fmt: skip
+        with engine.begin() as conn:
+            conn.execute(insert(Job), rows)
+        scheduler._read(engine, settings)  # warm-up
+        times: dict[str, list[float]] = {"every spec read and validated (before)": [], "specs known (after)": []}
+        for _ in range(args.size_rounds):
+            scheduler._SPECS.known.clear()
+            times["every spec read and validated (before)"].append(
+                _one_cpu_ms(lambda: scheduler._read(engine, settings))[0]
+            )
+            times["specs known (after)"].append(_one_cpu_ms(lambda: scheduler._read(engine, settings))[0])
+        engine.dispose()
+    before, after = (statistics.median(v) for v in times.values())
+    print(f"\n0b. the pass's read of {args.read_jobs:,} queued jobs (SQLite), CPU ms, medians of {args.size_rounds}")
+    for name, xs in times.items():
+        print(f"{name:<42} {statistics.median(xs):>8.1f}")
+    print(f"÷ {before / after:.1f}")
 
 
 def placement_decision(args: argparse.Namespace) -> None:
@@ -317,8 +420,19 @@ def main(argv: list[str]) -> None:
     p.add_argument("--users", type=int, default=20, help="owners of the jobs in the fair-share row")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--starts", type=int, default=3, help="submit → first step runs of each shape")
-    p.add_argument("--no-service", action="store_true", help="only the placement pass (section 1)")
+    p.add_argument("--no-service", action="store_true", help="only the placement pass (sections 0 and 1)")
+    p.add_argument(
+        "--sizes",
+        default="1000x50x200,1000x500x2000,10000x500x2000",
+        help="queued x hosts x running, comma-separated, for the before/after table (section 0)",
+    )
+    p.add_argument("--size-rounds", type=int, default=5, help="rounds of each pass per size in section 0")
+    p.add_argument("--read-jobs", type=int, default=10_000, help="queued jobs for the pass's read (0: skip it)")
     args = p.parse_args(argv)
+    if args.sizes:
+        before_after(args)
+    if args.read_jobs:
+        pass_reads(args)
     placement_decision(args)
     if not args.no_service:
         submit_to_first_step(args)

@@ -385,6 +385,12 @@ class _Class:
         return other if other.options else None
 
 
+# All that placement reads of a queued job but its id, priority, age and owner (one C call per job).
+_demand = attrgetter(
+    "pool", "spec.device", "spec.sync", "spec.nnodes", "spec.nproc", "spec.min_nproc", "spec.accumulation_steps"
+)
+
+
 @dataclass
 class _Shape:
     """What every job of one demand needs: (pool, device, sync, nnodes, nproc, min_nproc, accumulation_steps)
@@ -697,8 +703,7 @@ class _Pass:
             host.victims.sort(key=lambda v: (v.priority, -v.job_id))
 
     def shape(self, job: Waiting) -> _Shape:
-        spec = job.spec
-        demand = (job.pool, spec.device, spec.sync, spec.nnodes, spec.nproc, spec.min_nproc, spec.accumulation_steps)
+        demand = _demand(job)
         shape = self.shapes.get(demand)
         if shape is None:
             shape = self.shapes[demand] = self.new_shape(job)
@@ -774,7 +779,11 @@ class _Pass:
         cls = shape.cls
         hopeless = cls.fit_failed is not None and shape.smallest >= cls.fit_failed
         if hopeless and job.pool in self.easy_reserved and self.preempt_hopeless(job, shape):
-            self.plan.pending[job.job_id] = self.reason(shape)  # what `blocked` would say, without its steps
+            # what `blocked` would say, without its steps: most of a long queue comes this way
+            if shape.reason_at == self.version.get(job.pool, 0):
+                self.plan.pending[job.job_id] = shape.reason
+            else:
+                self.plan.pending[job.job_id] = self.reason(shape)
             return
         fit = None if hopeless else _fit(shape)
         if fit is not None and quota is not None and (over := self.fit_beyond_quota(job, fit, quota)) is not None:
@@ -930,14 +939,15 @@ class _Pass:
             changed: Iterable[_Option] = cls.options
         else:
             changed = [cls.by_name[n] for n in dict.fromkeys(self.changes[query.seen :]) if n in cls.by_name]
-        for opt in changed:
-            if opt.host.reserved_by is not None:
-                continue
-            victims = _victims_on(opt, _per_node(shape.spec, opt.host.view, ranks), priority, self.claimed)
-            if victims:
-                heapq.heappush(query.heap, ((*_cost(victims), opt.rank, opt.host.name), opt.host.stamp, opt, victims))
-        query.seen = len(self.changes)
         heap = query.heap
+        for opt in changed:
+            host = opt.host
+            if host.reserved_by is not None or not host.victims or host.victims[0].priority >= priority:
+                continue  # reserved, or nothing here it may stop (victims are lowest priority first)
+            victims = _victims_on(opt, _per_node(shape.spec, host.view, ranks), priority, self.claimed)
+            if victims:
+                heapq.heappush(heap, ((*_cost(victims), opt.rank, host.name), host.stamp, opt, victims))
+        query.seen = len(self.changes)
         while heap and (heap[0][2].host.reserved_by is not None or heap[0][2].host.stamp != heap[0][1]):
             heapq.heappop(heap)
         return (heap[0][2], heap[0][3]) if heap else None
@@ -974,10 +984,8 @@ def plan(
 
 
 def _queue_sorted(waiting: Sequence[Waiting]) -> list[Waiting]:
-    """`sorted(waiting, key=queue_order)` in three stable sorts on one attribute each (C-level keys: a
-    third of the time for 10 000 jobs)."""
-    order = sorted(waiting, key=attrgetter("job_id"))
-    order.sort(key=attrgetter("created_at"))
+    """`sorted(waiting, key=queue_order)` in two stable sorts with C-level keys (a third of the time)."""
+    order = sorted(waiting, key=attrgetter("created_at", "job_id"))
     order.sort(key=attrgetter("priority"), reverse=True)  # reverse keeps equal keys in their order
     return order
 
