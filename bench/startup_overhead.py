@@ -2,6 +2,7 @@
 its first output line, alternating, with where each second goes.
 
     .venv/bin/python bench/startup_overhead.py [--rounds 4] [--nproc 2] [--before DIR] [--cli]
+    .venv/bin/python bench/startup_overhead.py --pieces 20 [--before DIR]
 
 The script (written to a temp folder) stamps the time at its first line, after `import torch` and after
 joining its gloo process group, prints `iter 0` as nanoGPT's loop does at its first iteration, then writes
@@ -17,6 +18,10 @@ to stderr and exits.
 - `--before DIR`: another tree's code (`git archive HEAD | tar -x -C DIR`) served beside this one, each in a
   process of its own; every round runs bare, before and after, in a rotating order, so drifting load hits
   all three alike.
+
+`--pieces N`: only the CPU time of each piece rankzero's start changed, the old way beside the new (torchrun's
+guard with and without `site`, node 0's scan of every process, `import cli.code` of `--before`'s tree and of
+this one): CPU time, unlike the stages' wall time, holds on a loaded machine.
 
 Printed: each round, then the median of each stage side by side. The stages come from the job's timeline
 (created, claimed, running), its row (`vouched_at`: when the scheduler placed it), /proc start times seen
@@ -292,14 +297,73 @@ def _table(columns: dict[str, list[dict[str, float]]]) -> str:
     return "\n".join(lines)
 
 
+# --- the pieces rankzero adds, as CPU time (robust to a loaded machine's neighbours) --------------------
+
+
+def _child_cpu(cmd: list[str], env: dict[str, str] | None = None, **kw: Any) -> float:
+    """CPU seconds (user + system) that `cmd` and its children used."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, **kw)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def pieces(before: Path | None, reps: int) -> None:
+    """CPU time of each piece of the start that rankzero adds, the old way beside the new, alternating."""
+    import resource
+
+    from worker import procs
+    from worker.launch import guard_command, rank_env
+
+    env = rank_env("bench", None)
+    read, write = os.pipe()
+    guard_args = [str(read), "5", "/bin/true"]
+    old_guard = [sys.executable, "-m", "worker.sandbox_guard", *guard_args]
+    new_guard = [*guard_command("worker.sandbox_guard"), *guard_args]
+    cli_import = [sys.executable, "-c", "import cli.code"]
+    rows: dict[str, tuple[list[float], list[float]]] = {
+        "torchrun's guard: start and run /bin/true": ([], []),
+        "node 0: scan every process for an earlier attempt": ([], []),
+        "rankzero submit --code: import cli.code": ([], []),
+    }
+    for _ in range(reps):
+        old, new = rows["torchrun's guard: start and run /bin/true"]
+        old.append(_child_cpu(old_guard, env, pass_fds=(read,)))
+        new.append(_child_cpu(new_guard, env, pass_fds=(read,)))
+        old, new = rows["node 0: scan every process for an earlier attempt"]
+        t0 = resource.getrusage(resource.RUSAGE_SELF)
+        procs.pids_of_run(Path("/nonexistent-run"), 1)
+        t1 = resource.getrusage(resource.RUSAGE_SELF)
+        old.append((t1.ru_utime - t0.ru_utime) + (t1.ru_stime - t0.ru_stime))
+        new.append(0.0)  # a first attempt no longer scans (worker/node_zero.py `_before_launch`)
+        if before is not None:
+            old, new = rows["rankzero submit --code: import cli.code"]
+            old.append(_child_cpu(cli_import, os.environ | {"PYTHONPATH": str(before)}, cwd=before))
+            new.append(_child_cpu(cli_import, os.environ | {"PYTHONPATH": str(ROOT)}, cwd=ROOT))
+    os.close(read)
+    os.close(write)
+    processes = sum(1 for p in Path("/proc").iterdir() if p.name.isdigit())
+    print(f"CPU seconds, median of {reps} alternating runs ({processes} processes on this host)")
+    print(f"{'piece':52}{'before':>10}{'after':>10}")
+    for name, (old, new) in rows.items():
+        if old:
+            print(f"{name:52}{statistics.median(old):10.3f}{statistics.median(new):10.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--before", type=Path, help="another tree's code, measured beside this one")
     parser.add_argument("--cli", action="store_true", help="submit with `rankzero submit --code` (else POST /jobs)")
+    parser.add_argument("--pieces", type=int, metavar="N", help="only the CPU time of each piece, N runs of each")
     parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.pieces:
+        pieces(args.before.resolve() if args.before else None, args.pieces)
+        return
     if args.serve is not None:
         serve(args.serve, args.nproc, args.cli)
         return
