@@ -1,14 +1,15 @@
 """What an idle `rankzero up` costs, and how fast it starts a job submitted after a quiet spell.
 
     .venv/bin/python bench/idle_cpu.py [--idle-s 60] [--jobs 5] [--gap-s 8] [--rounds 1]
-                                       [--repo LABEL=PATH ...]
+                                       [--repo LABEL=PATH ...] [--database sqlite|postgres ...]
 
 For each code tree (`--repo`; default: this checkout; e.g. `--repo base=/tmp/base --repo new=.` with
 `git archive <rev> | tar -x -C /tmp/base`), alternating when `--rounds` > 1 (the machine is shared
 and noisy):
 
-1. `rankzero up` (API + one worker, SQLite + the embedded broker) in a fresh data dir; wait for
-   the worker to be ready and 10 s more;
+1. `rankzero up` (API + one worker, the embedded broker) in a fresh data dir, on SQLite or (`--database
+   postgres`) a fresh database on the PostgreSQL server at 127.0.0.1:5432 (user postgres, trust; dropped
+   afterwards); wait for the worker to be ready and 10 s more;
 2. idle CPU: user + system time of `up` and every process under it (the worker and its children),
    from /proc, over `--idle-s` seconds, as % of one core;
 3. submit → start: `--jobs` tiny jobs (the torch-free stand-in trainer; torchrun is real), each
@@ -21,6 +22,7 @@ Prints one table: idle CPU (target ≤ 1 %), submit → claim and → running (m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -29,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -82,8 +85,36 @@ def tree_ticks(root: int) -> dict[int, int]:
     return out
 
 
+PG_ADMIN_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=3"
+
+
+@contextlib.contextmanager
+def database(kind: str, tmp: Path) -> Iterator[str | None]:
+    """The database URL a run uses: None (SQLite in the data dir, `up`'s default) or a fresh PostgreSQL one."""
+    if kind == "sqlite":
+        yield None
+        return
+    import psycopg
+    from psycopg import sql
+
+    name = f"rankzero_bench_{os.getpid()}_{tmp.name[-8:].lower().replace('-', '_')}"
+    with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield f"postgresql://postgres@127.0.0.1:5432/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
 class Up:
-    def __init__(self, repo: Path, tmp: Path, trainer_module: str | None = "tests.support.fake_trainer") -> None:
+    def __init__(
+        self,
+        repo: Path,
+        tmp: Path,
+        trainer_module: str | None = "tests.support.fake_trainer",
+        database_url: str | None = None,
+    ) -> None:
         self.repo, self.tmp, self.port = repo, tmp, free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("RANKZERO_")}
         env |= {
@@ -94,6 +125,8 @@ class Up:
             "RANKZERO_GPUS": "",
             "OMP_NUM_THREADS": "1",
         }
+        if database_url is not None:
+            env["RANKZERO_DATABASE_URL"] = database_url
         if trainer_module is not None:  # None: the real trainer (bench/worker_cpu.py)
             env["RANKZERO_TRAINER_MODULE"] = trainer_module
         self.log = open(tmp / "up.log", "wb")  # noqa: SIM115 - closed in stop()
@@ -160,9 +193,9 @@ class Up:
         self.client.close()
 
 
-def measure(repo: Path, args: argparse.Namespace) -> dict[str, list[float]]:
-    with tempfile.TemporaryDirectory(prefix="rankzero-idle-") as tmpdir:
-        up = Up(repo, Path(tmpdir))
+def measure(repo: Path, args: argparse.Namespace, kind: str = "sqlite") -> dict[str, list[float]]:
+    with tempfile.TemporaryDirectory(prefix="rankzero-idle-") as tmpdir, database(kind, Path(tmpdir)) as url:
+        up = Up(repo, Path(tmpdir), database_url=url)
         try:
             up.wait_ready()
             time.sleep(10)
@@ -184,12 +217,16 @@ def main(argv: list[str]) -> None:
     p.add_argument("--gap-s", type=float, default=8)
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--repo", action="append", default=[], help="LABEL=PATH (repeatable); default: this checkout")
+    p.add_argument("--database", action="append", choices=("sqlite", "postgres"), default=[],
+                   help="sqlite (default) or postgres (repeatable: both, alternating)")  # fmt: skip
     args = p.parse_args(argv)
     repos = [tuple(r.split("=", 1)) for r in args.repo] or [("this", str(ROOT))]
-    results: dict[str, dict[str, list[float]]] = {label: {} for label, _ in repos}
+    kinds = args.database or ["sqlite"]
+    rows = [(f"{label}, {kind}" if len(kinds) > 1 else label, path, kind) for kind in kinds for label, path in repos]
+    results: dict[str, dict[str, list[float]]] = {label: {} for label, _, _ in rows}
     for _ in range(args.rounds):
-        for label, path in repos:
-            for key, values in measure(Path(path).resolve(), args).items():
+        for label, path, kind in rows:
+            for key, values in measure(Path(path).resolve(), args, kind).items():
                 results[label].setdefault(key, []).extend(values)
             print(f"{label}: {results[label]}", file=sys.stderr)
     print()

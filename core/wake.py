@@ -77,6 +77,18 @@ def after_commit(engine: Engine) -> None:
         log.debug("could not wake the scheduler: %s", exc)
 
 
+def commit_watch(engine: Engine) -> kombu_compat.BrokerWatch | None:
+    """An inotify watch that `after_commit` on `engine`'s SQLite database makes readable (a supervisor
+    sleeps on it to see a cancel at once: api/routes/jobs.py touches after one); None on PostgreSQL, an
+    in-memory database, or without inotify. Only the touch's utime is watched (IN_ATTRIB): the database's
+    own writes beside it (its -wal) wake nobody."""
+    if engine.url.get_backend_name() != "sqlite" or not engine.url.database or engine.url.database == ":memory:":
+        return None
+    path = os.path.abspath(_sqlite_wake_file(engine.url.database))
+    watch = kombu_compat.BrokerWatch([path], kombu_compat.TOUCHES & ~kombu_compat.WRITES)
+    return watch if watch.fd is not None else None
+
+
 class Waiter:
     """The scheduler's sleep between passes, cut short by `notify`."""
 

@@ -40,6 +40,7 @@ from worker.outcome import apply
 from worker.quota import Quota, QuotaWatch
 from worker.resources import ResourceWatch
 from worker.stop_reason import stop_reason
+from worker.wakeups import Wakeups
 
 log = logging.getLogger("rankzero.worker")
 S = JobStatus
@@ -140,10 +141,35 @@ def _follow(  # noqa: PLR0913 (the watches of its own beyond the row: the runtim
 ) -> str:
     """Watch this node's torchrun until it exits, or stop it when the row says so, or when this node's
     processes break the memory limit (worker/stop_reason.py; no stall or peer watch here: node 0 keeps those)."""
+    wakeups = Wakeups(launched.proc, engine, fallback_s=settings.poll_s)  # its ranks' exit, a cancel, deadlines
+    try:
+        return _watch(engine, settings, job_id, number, node_rank, launched, wakeups, runtime, memory)
+    finally:
+        wakeups.close()
+
+
+def _watch(  # noqa: PLR0913 (as _follow, with its wake-ups)
+    engine: Engine,
+    settings: Settings,
+    job_id: int,
+    number: int,
+    node_rank: int,
+    launched: Launched,
+    wakeups: Wakeups,
+    runtime: QuotaWatch | None,
+    memory: ResourceWatch | None,
+) -> str:
     proc, mark = launched.proc, launched.mark
     limits = Limits(attempt=number)
+    cadence = wakeups.cadence
     db_down = False
+    row_due = 0.0  # monotonic; the row is read at once when a commit wakes the watch
     while proc.poll() is None:
+        now = time.monotonic()
+        if now < row_due and (memory is None or now < memory.due()):
+            woken = wakeups.wait(min(row_due, memory.due() if memory is not None else row_due), files_from=now)
+            row_due = 0.0 if woken.row else row_due
+            continue
         try:
             seen = _look(engine, settings, job_id)
         except DBAPIError as exc:  # restarting or cut off: node 0 decides; our ranks go on, watched
@@ -153,8 +179,9 @@ def _follow(  # noqa: PLR0913 (the watches of its own beyond the row: the runtim
                 log.warning("job %s: node %s cannot read the job (%s); watching its ranks, retrying", job_id,
                             node_rank, type(exc).__name__)  # fmt: skip
             db_down = True
-            time.sleep(settings.poll_s)
+            row_due = now + settings.poll_s
             continue
+        row_due = now + cadence.row_s
         if db_down:
             log.warning("job %s: node %s reads the job again", job_id, node_rank)
             db_down = False
@@ -165,7 +192,6 @@ def _follow(  # noqa: PLR0913 (the watches of its own beyond the row: the runtim
             code = procs.stop(proc, mark, settings.cancel_grace_s)
             left = "queued" if reason is StopReason.drain else seen.status.value if seen.status else "gone"
             return f"job {job_id}: node {node_rank} stopped ({left}; exit {code})"
-        time.sleep(settings.poll_s)
     code = procs.wait_gone(proc, mark)
     return f"job {job_id}: node {node_rank} ranks exited ({code})"
 

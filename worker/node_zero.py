@@ -45,6 +45,7 @@ from worker.launch import Topology, free_port, launch, memory_limit_mb, port_tak
 from worker.outcome import apply
 from worker.stop_reason import grace_s, stop_note, stop_reason
 from worker.user_paths import for_job, scrub
+from worker.wakeups import Wakeups
 from worker.watch import Watcher, fold_rollups, peer_window_s, silent_peer
 
 log = logging.getLogger("rankzero.worker")
@@ -222,22 +223,54 @@ def attempt_ended(a: Attempt, watch: Watcher | None) -> None:
 
 
 def _watch_until_ended(watch: Watcher) -> Ended:
-    """Poll until the ranks exit on their own, or stop them when what was seen says so."""
+    """Look at the attempt whenever something wakes the supervisor (worker/wakeups.py: the ranks' exit, a
+    commit on a job row, events written, a deadline) until its ranks exit on their own, or stop them when
+    what was seen says so."""
+    a = watch.a
+    wakeups = Wakeups(a.proc, a.engine, files=[a.run.events], fallback_s=a.settings.poll_s)
+    began = time.monotonic()
+    try:
+        return _look_until_ended(watch, wakeups)
+    finally:
+        # The count of waits is the mechanism tests/perf/test_supervisor_wakeups.py bounds (not a time).
+        log.info("job %s attempt %s: supervisor woke %d times in %.0f s", a.job_id, a.number, wakeups.count,
+                 time.monotonic() - began)  # fmt: skip
+        wakeups.close()
+
+
+def _look_until_ended(watch: Watcher, wakeups: Wakeups) -> Ended:
     a = watch.a
     limits = Limits(a.number, a.spec.stall_timeout_s, a.settings.startup_timeout_s)
+    cadence = wakeups.cadence
+    files_due = row_due = 0.0  # monotonic: when the files (events, heartbeat, logs, samples) and the row are next read
+    files_read_at = -cadence.files_gap_s
     while True:
-        watch.read_events()
+        now = time.monotonic()
+        fresh = now >= min(files_due, watch.due())
+        if fresh:
+            watch.read_events()
+            files_read_at, files_due = now, now + cadence.scan_s
         if a.proc.poll() is not None:
             return Ended(procs.wait_gone(a.proc, a.mark))
-        seen = watch.look(time.monotonic())
+        read_row = now >= row_due
+        seen = watch.look(now, read_row=read_row)
+        row_due = now + cadence.row_s if read_row else row_due
         reason = stop_reason(seen, limits)
+        if reason is StopReason.stall and not fresh:  # judged on signs of life up to a scan old: read them now
+            watch.read_events()
+            files_read_at, files_due = now, now + cadence.scan_s
+            seen = watch.look(now, read_row=False)
+            reason = stop_reason(seen, limits)
         if reason is StopReason.replaced:
             raise jobs.FencedOut(a.job_id, a.number)
         if reason is not None:
             note = drain.why(a.settings) if reason is StopReason.drain else stop_note(reason, seen, limits)
             code = procs.stop(a.proc, a.mark, grace_s(a.settings.cancel_grace_s, reason), _keep_alive(a))
             return Ended(code, reason, note)
-        time.sleep(a.settings.poll_s)
+        until = max(min(files_due, row_due, watch.due()), now + cadence.floor_s)  # a beat the database refused
+        woken = wakeups.wait(until, files_from=files_read_at + cadence.files_gap_s)
+        files_due = 0.0 if woken.files else files_due
+        row_due = 0.0 if woken.row else row_due
 
 
 def _keep_alive(a: Attempt) -> Callable[[], object]:

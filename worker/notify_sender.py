@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -19,7 +20,7 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col
 
-from core import notify
+from core import kombu_compat, notify, wake
 from core.db import db_now, get_engine
 from core.settings import Settings
 from core.tables import Job, NotificationDelivery, NotificationEvent
@@ -27,6 +28,10 @@ from core.tables import Job, NotificationDelivery, NotificationEvent
 log = logging.getLogger("rankzero.worker")
 BATCH = 50
 POLL_S = 1.0
+# A pass that found nothing to do makes the next one wait longer, up to IDLE_S (issue 29: three queries a
+# second were a third of an idle worker's CPU). A commit on a SQLite database (core/wake.py's touch: a job's
+# end, a submit, a cancel) wakes the sender at once; on PostgreSQL a notification waits at most IDLE_S.
+IDLE_S = 5.0
 MAX_ERROR_CHARS = 500
 
 
@@ -133,9 +138,14 @@ def write_back(engine: Engine, due: Due, status: int | None, error: str | None, 
     return state
 
 
+def next_wait_s(waited_s: float, worked: bool) -> float:
+    """Seconds to the next pass: POLL_S after one that did something, else twice the last wait, up to IDLE_S."""
+    return POLL_S if worked else min(IDLE_S, max(POLL_S, 2 * waited_s))
+
+
 def run_pass(engine: Engine, settings: Settings, client: httpx.Client) -> int:
-    """One pass: fan out, then try what is due. Returns the tries made."""
-    fan_out(engine, settings.webhook_url_list)
+    """One pass: fan out, then try what is due. Returns the events taken plus the tries made."""
+    taken = fan_out(engine, settings.webhook_url_list)
     secret = settings.webhook_secret.get_secret_value() if settings.webhook_secret else ""
     due = take_due(engine, hold_s=settings.webhook_timeout_s + 30)
     for d in due:
@@ -143,22 +153,45 @@ def run_pass(engine: Engine, settings: Settings, client: httpx.Client) -> int:
         state = write_back(engine, d, status, error, settings)
         if state != "delivered":
             log.warning("webhook delivery %s to %s: %s (%s)", d.delivery_id, d.url.split("?")[0][:80], state, error)
-    return len(due)
+    return taken + len(due)
 
 
 def start_sender_thread(settings: Settings, stop: threading.Event) -> threading.Thread:
-    """The worker's notification sender: a pass every second (nothing to do without webhooks but marking
-    the outbox read)."""
+    """The worker's notification sender: a pass every second while there is work, less often while there is
+    none (`next_wait_s`), at once after a commit on SQLite (nothing to do without webhooks but marking the
+    outbox read)."""
     engine = get_engine(settings.resolved_database_url)
 
     def loop() -> None:
-        with httpx.Client(timeout=settings.webhook_timeout_s, follow_redirects=False) as client:
-            while not stop.wait(POLL_S):
-                try:
-                    run_pass(engine, settings, client)
-                except Exception:  # the database may be restarting; the next pass tries again
-                    log.warning("notification pass failed", exc_info=True)
+        commits = wake.commit_watch(engine)
+        wait_s = POLL_S
+        try:
+            with httpx.Client(timeout=settings.webhook_timeout_s, follow_redirects=False) as client:
+                while not _sleep(stop, commits, wait_s):
+                    try:
+                        worked = run_pass(engine, settings, client) > 0
+                    except Exception:  # the database may be restarting; the next pass tries again
+                        log.warning("notification pass failed", exc_info=True)
+                        worked = False
+                    wait_s = next_wait_s(wait_s, worked)
+        finally:
+            if commits is not None:
+                commits.close()
 
     thread = threading.Thread(target=loop, name="rankzero-notify", daemon=True)
     thread.start()
     return thread
+
+
+def _sleep(stop: threading.Event, commits: kombu_compat.BrokerWatch | None, seconds: float) -> bool:
+    """Wait `seconds`, or less when a commit touches the wake-up file (checked every POLL_S: the stop event
+    is still seen within a second); True when the worker is stopping."""
+    if commits is None:
+        return stop.wait(seconds)
+    until = time.monotonic() + seconds
+    while (left := until - time.monotonic()) > 0:
+        if stop.is_set():
+            return True
+        if commits.wait(min(left, POLL_S), POLL_S):
+            break
+    return stop.is_set()

@@ -48,7 +48,10 @@ log = logging.getLogger(__name__)
 
 _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
-PSS_BUDGET_S = 0.02  # reading smaps_rollup costs ~12 ms of CPU per GiB resident (measured): this much per poll
+PSS_BUDGET_S = 0.02  # reading smaps_rollup costs ~12 ms of CPU per GiB resident (measured): at most this in a poll
+# ... and this share of a core on average (issue 29: re-reading every process every 5 s was most of the worker's
+# CPU while a 2-rank job ran); between reads a process's PSS is carried forward by its change in RSS.
+PSS_SHARE = 0.0005
 LIMIT_SETTING = "job_memory_limit_mb"  # RANKZERO_JOB_MEMORY_LIMIT_MB, a server-wide default (core/settings.py)
 NVIDIA_SMI_TIMEOUT_S = 2.0
 NVIDIA_SMI_MAX_FAILURES = 3  # in a row: then GPU sampling stops for this job (a hung driver must not stall polls)
@@ -173,9 +176,10 @@ class ResourceWatch:
     summed: the sum of PSS counts each physical page once, as a cgroup's memory accounting does; a sum of
     RSS would count torch's shared libraries once per rank and a forked DataLoader worker's copy-on-write
     pages twice. Reading smaps_rollup walks the page tables (~12 ms of CPU per GiB resident, measured), so
-    each poll re-reads it for as many processes as fit in `pss_budget_s` of CPU (never read first, then
-    the longest unread; a small job: all of them, every poll) and carries the others forward by their
-    change in RSS (free to read); a process not read yet counts its RSS, which is never less than its PSS.
+    the reads are held to `pss_share` of a core on average (a credit refilled at that rate, at most
+    `pss_budget_s` in one poll): each poll re-reads as many processes as the credit covers (never read
+    first, then the longest unread) and carries the others forward by their change in RSS (free to read);
+    a process not read yet counts its RSS, which is never less than its PSS.
     `over_limit` is decided on fresh figures only: when that estimate is over the limit, every process
     not read in this poll is read before deciding (so the limit costs nothing while a job is well under
     it). Between reads a process's PSS can rise without its RSS changing (a process it shared pages with
@@ -198,10 +202,13 @@ class ResourceWatch:
         nvml: Any = None,
         settings: Any = None,
         pss_budget_s: float = PSS_BUDGET_S,
+        pss_share: float = PSS_SHARE,
     ) -> None:
         self.job_mark = job_mark
         self.interval_s = interval_s
         self.pss_budget_s = pss_budget_s
+        self.pss_share = pss_share
+        self._pss_credit = pss_budget_s  # CPU seconds the PSS reads may spend now: refilled at pss_share, capped
         if memory_limit_mb is not None:
             self.limit_mb, self.limit_name = memory_limit_mb, "its memory_limit_mb"
         else:
@@ -214,6 +221,10 @@ class ResourceWatch:
         self._no_pss: set[tuple[int, int]] = set()  # smaps_rollup unreadable: RSS it is
         self._polls = 0
 
+    def due(self) -> float:
+        """When the next sample is due, on the clock `poll` is given (0: now, none taken yet)."""
+        return 0.0 if self._last_poll is None else self._last_poll + self.interval_s
+
     def poll(self, now: float, step: int) -> Sample | None:
         """A sample when `interval_s` has passed (by `now`, any clock the caller keeps steady) since the last."""
         if self._last_poll is not None and now - self._last_poll < self.interval_s:
@@ -222,7 +233,10 @@ class ResourceWatch:
         self._polls += 1
         at = time.time()  # when the poll began: samples stay `interval_s` apart however long reading takes
         procs = [p for p in (_read_proc(pid) for pid in job_pids(self.job_mark)) if p is not None]
-        points = self._cpu_points(procs, time.monotonic())
+        wall = time.monotonic()
+        if self._last_wall is not None:
+            self._pss_credit = min(self.pss_budget_s, self._pss_credit + self.pss_share * (wall - self._last_wall))
+        points = self._cpu_points(procs, wall)
         over = None
         if procs:  # none yet (launching) or any more (ended): no process points rather than zeros
             over = self._over_limit(procs, self._memory_kb(procs))
@@ -267,9 +281,10 @@ class ResourceWatch:
         )
         started = time.thread_time()  # CPU time the reads cost us, not the wait for a core on a busy host
         for p in due:
-            if time.thread_time() - started >= self.pss_budget_s:
+            if time.thread_time() - started >= self._pss_credit:
                 break
             self._read_pss(p)
+        self._pss_credit -= time.thread_time() - started
         return {p.key: self._estimate_kb(p) for p in procs}
 
     def _read_pss(self, p: _Proc) -> None:
