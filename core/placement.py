@@ -302,16 +302,20 @@ class _Index:
         after, name = host.free(self.kind), host.name
         if after == before:
             return
-        _remove(self.everyone, (-before, name))
-        _insert(self.everyone, (-after, name))
+        old, new = (before, name), (after, name)
+        bisect_left, insort = bisect.bisect_left, bisect.insort  # (inline: a placement's hot path)
+        everyone = self.everyone
+        del everyone[bisect_left(everyone, (-before, name))]
+        insort(everyone, (-after, name))
         storage = self.storage[name]
         for entries in (self.all_by_dir[storage], self.open_by_dir[storage]):
-            _remove(entries, (before, name))
-            _insert(entries, (after, name))
-        if self._is_open((before, name)):
-            _remove(self.open, (before, name))
-        if self._is_open((after, name)):
-            _insert(self.open, (after, name))
+            del entries[bisect_left(entries, old)]
+            insort(entries, new)
+        total = self.total[name] if self.whole else None
+        if total is None or before == total:
+            del self.open[bisect_left(self.open, old)]
+        if total is None or after == total:
+            insort(self.open, new)
 
     def reserve(self, host: _Host) -> None:
         entry = (host.free(self.kind), host.name)
@@ -557,6 +561,9 @@ def _preempt_gang(shape: _Shape, priority: int, claimed: set[int]) -> tuple[list
     for (storage, _kind), members in sorted(_groups(usable).items()):
         costed = []
         for opt in members:
+            host = opt.host
+            if (not host.victims or host.victims[0].priority >= priority) and host.free(opt.kind) < need:
+                continue  # no room and nothing here it may stop: what _victims_on would say
             victims = _victims_on(opt, need, priority, claimed)
             if victims is not None:
                 costed.append((_cost(victims), opt.host.name, opt.host, victims))
