@@ -325,7 +325,10 @@ def _write_metric(batch: _Batch, ev: _MetricLine) -> None:
     if batch.caps is not None and not batch.caps.admit(batch, name):
         return
     max_step[name] = step
-    batch.points.append((batch.job_id, ev["seq"], step, name[:200], value, float(ev.get("time", 0.0))))
+    at = ev.get("time", 0.0)
+    if type(at) is not float:  # an ill-typed time (a forged line) is 0, never an error that ends supervision
+        at = _finite(at) or 0.0
+    batch.points.append((batch.job_id, ev["seq"], step, name[:200], value, at))
     if name == "train/loss":
         batch.progress["latest_loss"] = value
 

@@ -5,8 +5,8 @@ worker resumes from) commit in one transaction, and metric_points is unique on (
 skips what is there. These run the real path — an events.jsonl read by `EventTail`, `Ingestor` writing
 to SQLite and PostgreSQL (COPY in binary for a large batch, INSERT … ON CONFLICT for a small one) — and
 crash it on purpose: between the points' write and the offset's commit, midway through the points (on
-PostgreSQL, with the COPY open), and after the commit but before the ingester learns of it. After each, a new ingester re-reads the file from offset 0,
-as a restarted worker does, and every point is there once.
+PostgreSQL, with the COPY open), and after the commit but before the ingester learns of it. After each,
+a new ingester re-reads the file from offset 0, as a restarted worker does, and every point is there once.
 """
 
 from __future__ import annotations
@@ -181,3 +181,20 @@ def test_a_crash_after_the_commit_replays_into_nothing_new(database_url, tmp_pat
     _assert_each_once(database_url, job_id, _metric_seqs(0, LARGE))
     assert _run_worker(database_url, job_id, events) == 0
     _assert_each_once(database_url, job_id, _metric_seqs(0, LARGE))
+
+
+def test_an_ill_typed_time_is_stored_as_zero_and_the_ingest_goes_on(database_url, tmp_path):
+    """A line's `time` is not checked by the file's writer (a user's rank 0 may write anything): a value that is
+    not a number must not raise in the handler (the batch, and supervision with it, would fail on every tick)."""
+    job_id = _job(database_url)
+    events = tmp_path / "events.jsonl"
+    lines = [
+        {"seq": 0, "time": "soon", "type": "metric", "step": 1, "name": "a", "value": 1.0},
+        {"seq": 1, "time": [1], "type": "metric", "step": 2, "name": "a", "value": 2.0},
+        {"seq": 2, "time": 7, "type": "metric", "step": 3, "name": "a", "value": 3.0},
+    ]
+    events.write_text("".join(json.dumps(ev) + "\n" for ev in lines))
+    assert _run_worker(database_url, job_id, events) == 3
+    with get_engine(database_url).connect() as conn:
+        times = conn.execute(text("SELECT time FROM metric_points WHERE job_id = :j ORDER BY seq"), {"j": job_id})
+        assert times.scalars().all() == [0.0, 0.0, 7.0]
