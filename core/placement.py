@@ -208,11 +208,12 @@ class _Host:
         return self.free_slots if self.free_slots > 0 else 0
 
     def take(self, kind: str, n: int) -> tuple[tuple[str, ...], int]:
-        before = self.free(kind)
         if kind == GPU:
+            before = len(self.free_gpus)
             taken, self.free_gpus = tuple(self.free_gpus[:n]), self.free_gpus[n:]
             result = taken, 0
         else:
+            before = self.free_slots if self.free_slots > 0 else 0
             self.free_slots -= n
             result = (), n
         for index in self.indexes:
@@ -463,10 +464,11 @@ def _best_gang(shape: _Shape, ignore_reserved: bool = False) -> list[_Option] | 
 
 def _launch(job: Waiting, chosen: list[_Option], ranks: int) -> Placement:
     spec = job.spec
+    whole = spec.sync == "dataparallel"  # every GPU of the host (`_per_node`)
     nodes = []
-    for rank, opt in enumerate(sorted(chosen, key=lambda o: o.host.name)):
-        gpus, slots = opt.host.take(opt.kind, _per_node(spec, opt.host.view, ranks))
-        nodes.append(NodePlacement(host=opt.host.name, node_rank=rank, gpus=gpus, slots=slots))
+    for rank, opt in enumerate(chosen if len(chosen) == 1 else sorted(chosen, key=lambda o: o.host.name)):
+        gpus, slots = opt.host.take(opt.kind, len(opt.host.view.gpus) if whole else ranks)
+        nodes.append(NodePlacement(opt.host.name, rank, gpus, slots))
     accumulation = spec.nproc * spec.accumulation_steps // ranks
     return Placement(job.job_id, tuple(nodes), ranks, accumulation, spec.nproc)
 
@@ -873,7 +875,10 @@ class _Pass:
 
     def fresh_reason(self, shape: _Shape) -> str:
         cls = shape.cls
-        most = max((part.reserved[-1][0] for part in cls.parts if part.reserved), default=None)
+        most = None  # the most free of a reserved host
+        for part in cls.parts:
+            if part.reserved and (most is None or part.reserved[-1][0] > most):
+                most = part.reserved[-1][0]
         if most is not None and (shape.spec.sync == "dataparallel" or shape.smallest <= most):
             if shape.spec.nnodes > 1:  # depends on every host's free: said again
                 blocked = self.blocked_reason(shape)
