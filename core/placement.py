@@ -31,11 +31,16 @@ Rules (see tests/scheduler/test_placement.py, one test per rule):
   then youngest (highest id), then redundant victims dropped; among hosts the one whose victims have
   the lowest top priority, then fewest victims. The job reserves those hosts and waits.
 
-Speed: within a pass a failure is monotone (free capacity only shrinks, reservations and claimed victims
-only grow), so jobs are grouped in classes (pool, device, sync, nnodes): once r ranks per node did not fit,
-no later job of the class needing ≥ r is tried against the hosts again, and likewise for preemption at a
-priority; reason texts are cached per class until the pool's capacity changes. A pass costs about
-O(jobs + placements × hosts), not O(jobs × hosts) (bench/scheduler.py: 1 000 jobs on 50 hosts).
+Speed (issue 29): within a pass a failure is monotone (free capacity only shrinks, reservations and claimed
+victims only grow), so jobs are grouped in classes (pool, device, sync, nnodes): once r ranks per node did
+not fit, no later job of the class needing ≥ r is tried against the hosts again, and likewise for
+preemption at a priority. Nothing scans a pool per job: each set of hosts a class uses keeps its free
+capacity sorted (`_Index`: best fit is a binary search, a placement moves one host in a few lists), jobs
+of one demand share a `_Shape` whose reason is said again only when the pool's capacity or reservations
+change, and preemption keeps a heap per (class, size, priority) that re-costs only the hosts changed since
+(`_VictimQuery`). A pass costs about O(jobs + (placements + preemptions) × log hosts) plus a scan per
+class set up and per gang preemption. core/placement_reference.py is the full pass this one must decide
+as (tests/scheduler/test_placement_equivalence.py); bench/scheduler.py times both.
 
 Stable across passes: the same inputs give the same plan. Jobs being preempted should be passed in `usage`
 as they are (preemptible, until they exit): the next pass then names the same victims again instead of
