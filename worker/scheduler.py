@@ -179,7 +179,8 @@ class _Specs:
         with Session(engine) as s:
             for i in range(0, len(missing), self.CHUNK):
                 chunk = missing[i : i + self.CHUNK]
-                raw.update(s.execute(select(col(Job.id), col(Job.spec)).where(col(Job.id).in_(chunk))).tuples().all())
+                rows = s.execute(select(col(Job.id), col(Job.spec)).where(col(Job.id).in_(chunk))).all()
+                raw.update((job_id, spec) for job_id, spec in rows)
         kept: dict[tuple[int, datetime], JobSpec | str] = {}
         for key in jobs:
             value = known.get(key)
