@@ -42,11 +42,20 @@ def trainer_module() -> str:
     return os.environ.get("RANKZERO_TRAINER_MODULE", "trainer")
 
 
+SERVICE_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
 def guard_command(module: str) -> list[str]:
-    """How torchrun's parent (worker/rank_guard.py, worker/sandbox_guard.py) starts: `python -S -m MODULE`.
-    -S: no `site`, whose .pth files (an editable install's finder) cost ~0.1 s of every job's start; the
-    guard needs the standard library only, and finds the service's code on PYTHONPATH (`rank_env`)."""
-    return [sys.executable, "-S", "-m", module]
+    """How torchrun's parent (worker/rank_guard.py, worker/sandbox_guard.py) starts: isolated, on the service's
+    code alone. -S: no `site`, whose .pth files (an editable install's finder) cost ~0.1 s of every job's start.
+    -I: neither the working folder (the job's files) nor PYTHONPATH (the bundle first, for the ranks) is on its
+    path, so a project with a `worker/` package or a `subprocess.py` cannot stand in for the guard; the ranks
+    it starts still get the whole environment. The guard needs the standard library and its own package only."""
+    run = (
+        f"import sys; sys.path.insert(0, {SERVICE_ROOT!r}); "
+        f"import runpy; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+    )
+    return [sys.executable, "-I", "-S", "-c", run]
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -255,8 +264,7 @@ def rank_env(
     if cuda_visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
     # The repository root on the path, so `-m trainer` resolves however the worker was started.
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (SERVICE_ROOT, env.get("PYTHONPATH", "")) if p)
     return env
 
 

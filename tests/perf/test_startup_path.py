@@ -29,23 +29,52 @@ def _imported(stderr: str) -> set[str]:
 
 @pytest.mark.parametrize("guard", ["worker.rank_guard", "worker.sandbox_guard"])
 def test_the_guard_starts_without_site_and_runs_its_command(guard: str, tmp_path: Path) -> None:
-    env = rank_env("startup-test", None) | {"PYTHONPROFILEIMPORTTIME": "1"}
+    env = rank_env("startup-test", None)
     marker = tmp_path / "ran"
     child = ["/bin/sh", "-c", f"touch {marker}; exit 3"]  # not Python: the import lines are the guard's own
     read, write = os.pipe()
     try:
         fds = (read,) if guard == "worker.sandbox_guard" else ()
         head = [str(read)] if guard == "worker.sandbox_guard" else []
-        done = subprocess.run([*guard_command(guard), *head, "5", *child], env=env, pass_fds=fds,
+        cmd = guard_command(guard)  # isolated (-I): PYTHON* variables are not read, so -X importtime
+        done = subprocess.run([cmd[0], "-X", "importtime", *cmd[1:], *head, "5", *child], env=env, pass_fds=fds,
                               capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     finally:
         os.close(read)
         os.close(write)
     imported = _imported(done.stderr)
-    assert {"worker", "subprocess"} <= imported, done.stderr  # its own package (`-m`: it runs as __main__)
+    assert {"worker", "subprocess"} <= imported, done.stderr  # its own package (run as __main__ by runpy)
     assert "site" not in imported, "the guard imported site (and the environment's .pth files)"
     assert not [m for m in imported if "editable" in m or m.startswith(("_distutils_hack", "sqlalchemy", "core"))]
     assert marker.exists() and done.returncode == 3  # it ran its command and exits as the command did
+
+
+@pytest.mark.parametrize("guard", ["worker.rank_guard", "worker.sandbox_guard"])
+def test_a_project_cannot_stand_in_for_the_guard(guard: str, tmp_path: Path) -> None:
+    """A bundle with its own `worker/` package and a `subprocess.py`, first on PYTHONPATH and the working folder
+    (as a script job's are): the guard still runs the service's own code, and the command runs."""
+    project = tmp_path / "project"
+    (project / "worker").mkdir(parents=True)
+    taken = tmp_path / "taken"
+    impostor = f"open({str(taken)!r}, 'w').write('imported'); raise SystemExit(9)\n"
+    for name in ("__init__.py", "rank_guard.py", "sandbox_guard.py"):
+        (project / "worker" / name).write_text(impostor)
+    (project / "subprocess.py").write_text(impostor)
+    env = rank_env("startup-test", None)
+    env["PYTHONPATH"] = os.pathsep.join([str(project), env["PYTHONPATH"]])
+    marker = tmp_path / "ran"
+    read, write = os.pipe()
+    try:
+        fds = (read,) if guard == "worker.sandbox_guard" else ()
+        head = [str(read)] if guard == "worker.sandbox_guard" else []
+        child = ["/bin/sh", "-c", f"touch {marker}; exit 4"]
+        done = subprocess.run([*guard_command(guard), *head, "5", *child], env=env, pass_fds=fds, cwd=project,
+                              capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    finally:
+        os.close(read)
+        os.close(write)
+    assert not taken.exists(), "the project's module ran in the guard's place"
+    assert marker.exists() and done.returncode == 4, done.stderr
 
 
 @pytest.mark.parametrize(("attempt", "scans"), [(1, False), (2, True), (5, True)])
