@@ -307,9 +307,13 @@ def schedule_once(settings: Settings) -> placement.Plan:
     changed = {j: r for j, r in plan.pending.items() if state.reasons.get(j) != r}
     for job_id, reason in changed.items():  # one transaction each: a held row holds up only its own job
         _write(engine, job_id, "saying why it waits", lambda c, j=job_id, r=reason: _pending(c, j, r))
+    asked = 0
     for victim, for_job in plan.preempt.items():
         if _write(engine, victim, "preempting it", lambda c, v=victim, f=for_job: jobs.request_preemption(c, v, f)):
             log.warning("job %s: preempted to make room for job %s", victim, for_job)
+            asked += 1
+    if asked:  # the victims' supervisors sleep on the commit touch (worker/wakeups.py): they step back at once
+        wake.after_commit(engine)
     return plan
 
 

@@ -135,3 +135,40 @@ def test_rankzero_scheduler_runs_a_candidate_on_its_own(api_settings, tmp_path) 
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_a_pass_that_preempts_wakes_the_victims_supervisor(api_settings, database_url, sent, monkeypatch) -> None:
+    """A victim's supervisor sleeps on the commit wake-up (worker/wakeups.py): the pass that asks it to step
+    back wakes it once, so the preemption is acted on at once, not at its next row read."""
+    from core import wake
+    from worker import scheduler
+    from worker.scheduler import schedule_once
+
+    settings = api_settings(database_url=database_url, stale_after_s=30)
+    upgrade(database_url)
+    engine = get_engine(database_url)
+    _host(database_url, "host-a", 1)
+    low = _submit(database_url, nproc=1, priority=-1, preemptible=True)
+    schedule_once(settings)
+    placed = _row(database_url, low)
+    assert placed.placement_id, placed.pending_reason
+    assert jobs.claim(engine, low, settings.runs_dir, host="host-a", placement_id=placed.placement_id)
+    assert jobs.mark_running(engine, low, pid=os.getpid(), detail="running", attempt=1)
+    watch = wake.commit_watch(engine)  # SQLite: the touch a supervisor sleeps on (None on PostgreSQL)
+    if watch is not None:
+        watch.arm()  # forget the touches made so far
+    high = _submit(database_url, nproc=1, priority=10)
+    if watch is not None:
+        watch.arm()  # the submit's own touch
+    woken: list[object] = []
+    real = wake.after_commit
+    monkeypatch.setattr(scheduler.wake, "after_commit", lambda e: (woken.append(e), real(e)))
+    schedule_once(settings)
+    assert _row(database_url, low).preempt_for == high
+    assert woken == [engine]
+    if watch is not None:
+        assert watch.wait(0.5, 0.05), "the commit touch a victim's supervisor sleeps on was not made"
+        watch.close()
+    woken.clear()
+    schedule_once(settings)  # asked already: no second request, no second wake-up
+    assert woken == []
