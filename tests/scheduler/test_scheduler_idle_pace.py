@@ -1,0 +1,36 @@
+"""How long the active scheduler sleeps between passes unless woken (worker/scheduler.py `next_pass_in`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.placement import Plan
+from worker.scheduler import next_pass_in
+
+QUIET = Plan()
+WAITING = Plan(pending={7: "no host has 4 free CPU slots"})
+PREEMPTING = Plan(preempt={3: 9})
+
+
+@pytest.mark.parametrize(
+    ("plan", "poll_s", "lease_s", "expected"),
+    [
+        (QUIET, 2.0, 10.0, 10.0 / 3),  # nothing queued: a third of the lease
+        (WAITING, 2.0, 10.0, 2.0),  # a job waits for room: every poll, as ever
+        (PREEMPTING, 2.0, 10.0, 2.0),
+        (QUIET, 5.0, 20.0, 20.0 / 3),
+        (QUIET, 30.0, 120.0, 40.0),
+        (QUIET, 10.0, 10.0, 10.0),  # never faster than the poll the operator set
+    ],
+)
+def test_the_scheduler_sleeps_longer_only_when_nothing_is_queued(plan, poll_s, lease_s, expected) -> None:
+    assert next_pass_in(plan, poll_s, lease_s) == pytest.approx(expected)
+
+
+def test_an_idle_leader_still_renews_its_lease_in_time() -> None:
+    from core.settings import Settings
+    from worker.scheduler import Leadership
+
+    for poll_s in (0.5, 2.0, 10.0, 60.0):
+        lease_s = Leadership(Settings(scheduler_poll_s=poll_s)).lease_s  # pyright: ignore[reportCallIssue]
+        assert next_pass_in(QUIET, poll_s, lease_s) < lease_s / 2
