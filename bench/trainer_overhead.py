@@ -14,7 +14,7 @@ Cases, alternating round by round so a neighbour's burst hits each alike:
   `python -m trainer` runs it, under the same torchrun. Its progress events (every 10 steps) also
   carry rank 0's CPU time. E.g. `--repo before=/tmp/tbase --repo after=.` with
   `git archive HEAD | tar -x -C /tmp/tbase` puts the code before and after a change side by side.
-* `service@LABEL` (`--service`): the same job submitted to `rankzero up` of that tree (the real
+* `service@LABEL` (`--service`): the same job submitted to `rankzero up` of the last tree (the real
   trainer, in its sandbox: bubblewrap namespaces + a cgroup, beside the worker and the API); rank
   0's CPU is read from /proc and its step at that moment from the progress events around it.
 
@@ -388,9 +388,9 @@ def run_cases(args: argparse.Namespace) -> None:
     cases: list[tuple[str, object]] = [("bare", lambda w: run_bare(w, args.steps, args.warmup))]
     for label, tree in trees:
         cases.append((f"trainer@{label}", lambda w, t=tree: run_trainer(t, w, args.steps, args.warmup)))
-    if args.service:
-        for label, tree in trees:
-            cases.append((f"service@{label}", lambda w, t=tree: run_service(t, w, args.steps, args.warmup)))
+    if args.service:  # the last tree's only: a service run takes minutes on a loaded 2-core machine
+        label, tree = trees[-1]
+        cases.append((f"service@{label}", lambda w: run_service(tree, w, args.steps, args.warmup)))
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in cases}
     loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="rankzero-steady-") as tmp:
