@@ -273,7 +273,10 @@ class LogChunk(BaseModel):
 
 class ConsoleLinePublic(BaseModel):
     rank: int
-    stream: Literal["stdout", "stderr"]
+    stream: Literal["stdout", "stderr", "environment"] = Field(
+        description="`environment`: uv's output while node 0's worker prepared the job's own packages (before "
+        "its ranks started)."
+    )
     time: float = Field(description="Unix time by which the line had been written (to within a worker tick).")
     text: str = Field(description="The line, without its newline.")
 

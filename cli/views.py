@@ -75,7 +75,10 @@ def steps(job: dict[str, Any]) -> str:
 
 
 def console_line(line: dict[str, Any]) -> str:
-    """A merged console line (GET /jobs/{id}/console) with its rank: `[r0] text`, `[r1 err] text` for stderr."""
+    """A merged console line (GET /jobs/{id}/console) with its source: `[r0] text`, `[r1 err] text` for stderr,
+    `[env] text` for uv's output while the worker prepared the job's own packages."""
+    if line["stream"] == "environment":
+        return f"[env] {line['text']}"
     return f"[r{line['rank']}{' err' if line['stream'] == 'stderr' else ''}] {line['text']}"
 
 

@@ -24,8 +24,11 @@ RECORD = 40  # bytes per marks record: 20-digit size, space, 18-character time, 
 MARK_EVERY_S = 0.5  # at most this often per log: a chatty job's marks stay ≤ a record per half second
 MAX_MARKS_READ = 16_384  # records read for one chunk of one log (beyond: the log's mtime stands in)
 STREAMS = ("stdout", "stderr")
+ENVIRONMENT = "environment"  # node 0's environment log (uv's output before the ranks start): shown as rank 0's
+_KEYS = {"stdout": "o", "stderr": "e", ENVIRONMENT: "p"}  # a cursor's letter per source (p: preparing)
+_ORDER = {ENVIRONMENT: 0, "stdout": 1, "stderr": 2}  # within one tick: the build before the ranks' output
 MAX_FILES = 128  # logs merged at once (64 ranks × 2 streams); the single-rank views show any rank
-_CURSOR_PART = re.compile(r"^(\d{1,4})([oe])(\d{1,16})$")
+_CURSOR_PART = re.compile(r"^(\d{1,4})([oep])(\d{1,16})$")
 MAX_CURSOR_CHARS = MAX_FILES * 24
 
 
@@ -135,12 +138,12 @@ def read_marks(log: Path, start: int, end: int) -> list[tuple[int, float]]:
 @dataclass(frozen=True)
 class LogFile:
     rank: int
-    stream: str  # "stdout" | "stderr"
+    stream: str  # "stdout" | "stderr" | "environment"
     path: Path
 
     @property
     def key(self) -> str:
-        return f"{self.rank}{self.stream[3]}"  # 0o / 0e (std[o]ut, std[e]rr)
+        return f"{self.rank}{_KEYS[self.stream]}"  # 0o / 0e / 0p (std[o]ut, std[e]rr, [p]reparing)
 
 
 @dataclass(frozen=True)
@@ -160,7 +163,9 @@ def parse_cursor(cursor: str) -> dict[str, int]:
     for part in filter(None, cursor.split(".")):
         found = _CURSOR_PART.match(part)
         if found is None:
-            raise ValueError(f"cursor part {part[:40]!r} is not <rank><o|e><offset>: pass back the one a read returned")
+            raise ValueError(
+                f"cursor part {part[:40]!r} is not <rank><o|e|p><offset>: pass back the one a read returned"
+            )
         offsets[found.group(1) + found.group(2)] = int(found.group(3))
     return offsets
 
@@ -222,7 +227,7 @@ def _read_window(log: LogFile, offset: int | None, budget: int, done: bool) -> t
 def merge(chunks: Iterable[list[ConsoleLine]]) -> list[ConsoleLine]:
     """Every line in time order; ties (one tick) by rank, stdout before stderr, then position."""
     every = [line for chunk in chunks for line in chunk]
-    every.sort(key=lambda ln: (ln.time, ln.rank, ln.stream != "stdout", ln.offset))
+    every.sort(key=lambda ln: (ln.time, ln.rank, _ORDER[ln.stream], ln.offset))
     return every
 
 

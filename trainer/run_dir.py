@@ -87,6 +87,11 @@ class RunDir:
         """torchrun's --log-dir for one attempt."""
         return self.logs / f"attempt_{attempt}"
 
+    def environment_log(self, attempt: int, node_rank: int = 0) -> Path:
+        """uv's output while the worker prepares an attempt's own packages (worker/environments/)."""
+        node = "" if node_rank == 0 else f".node_{node_rank}"
+        return self.logs / f"attempt_{attempt}{node}.environment.log"
+
     def rank_logs(self, stream: str = "stderr", attempt: int | None = None) -> dict[int, Path]:
         """Global rank → the newest `<local rank>/<stream>.log` torchrun wrote for it (it nests them under
         a run id and restart). Node r > 0 of a multi-node job logs under `node_<r>/` (worker/launch.py):

@@ -4,6 +4,7 @@ offset or tail."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -47,11 +48,20 @@ def _log_path(run: RunDir, rank: int, stream: str, attempt: int | None, settings
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"log refused: {exc}") from None
 
 
-def _console_logs(run: RunDir, attempt: int | None, settings) -> tuple[list[console_log.LogFile], list[int], bool]:
-    """The logs merged (each confined to the runs dir), the ranks they belong to, and whether some were left out."""
+def _console_logs(
+    run: RunDir, attempt: int | None, settings, newest_attempt: int = 0
+) -> tuple[list[console_log.LogFile], list[int], bool]:
+    """The logs merged (each confined to the runs dir), the ranks they belong to, and whether some were left out.
+    Node 0's environment log of the attempt (`attempt`, else the newest) comes first: uv's output while the
+    worker prepared the job's own packages, shown as rank 0's."""
     if not run.logs.is_dir():
         return [], [], False
     found: list[console_log.LogFile] = []
+    environment = run.environment_log(attempt if attempt is not None else newest_attempt)
+    if environment.is_file():
+        with contextlib.suppress(UnsafePath):  # a symlinked log that leaves the runs dir is not read
+            confined = inside_runs_dir(environment, settings.resolved_runs_dir)
+            found.append(console_log.LogFile(0, console_log.ENVIRONMENT, confined))
     for stream in console_log.STREAMS:
         for rank, path in run.rank_logs(stream, attempt).items():
             try:
@@ -92,19 +102,21 @@ def get_console(  # noqa: PLR0913 (one parameter per query field)
         offsets = console_log.parse_cursor(cursor) if cursor is not None else None
     except ValueError as exc:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from None
-    logs, ranks, more = _console_logs(run, attempt, settings)
+    logs, ranks, more = _console_logs(run, attempt, settings, newest_attempt=job.attempt or 0)
     lines, after = console_log.read_console(logs, offsets, limit, done=job.status in TERMINAL)
     return ConsoleChunk(
         lines=[
-            ConsoleLinePublic(
-                rank=ln.rank, stream="stderr" if ln.stream == "stderr" else "stdout", time=ln.time, text=ln.text
-            )
+            ConsoleLinePublic(rank=ln.rank, stream=_public_stream(ln.stream), time=ln.time, text=ln.text)
             for ln in console_log.matching(lines, q)
         ],
         cursor=console_log.format_cursor(after),
         ranks=ranks,
         more_ranks=more,
     )
+
+
+def _public_stream(stream: str) -> Literal["stdout", "stderr", "environment"]:
+    return "stderr" if stream == "stderr" else "environment" if stream == console_log.ENVIRONMENT else "stdout"
 
 
 @router.get("/jobs/{job_id}/logs", response_model=LogChunk, responses={404: {"model": ErrorDetail}})

@@ -66,6 +66,8 @@ def test_jobs_bring_their_packages_and_a_bad_one_costs_the_host_nothing(
     assert failed["error"].startswith("error: No solution found when resolving dependencies"), failed["error"]
     assert "rankzero-no-such-q7x" in failed["error"]
     assert failed["restarts_used"] == 0 and failed["host_losses"] == 0  # the job's fault, not the host's
+    console = client.http.get(f"/jobs/{bad['id']}/console").json()["lines"]  # uv's own words, in the console
+    assert any(ln["stream"] == "environment" and "No solution found" in ln["text"] for ln in console), console
 
     again = client.submit(script_spec("same-set", code, "train.py", environment=env))
     done = client.wait_terminal(again["id"], timeout=240)  # the host runs the next job: it stayed healthy

@@ -1081,9 +1081,10 @@ export interface components {
             rank: number;
             /**
              * Stream
+             * @description `environment`: uv's output while node 0's worker prepared the job's own packages (before its ranks started).
              * @enum {string}
              */
-            stream: "stdout" | "stderr";
+            stream: "stdout" | "stderr" | "environment";
             /**
              * Text
              * @description The line, without its newline.

@@ -104,9 +104,9 @@ def _tick(keep_alive: Callable[[], object] | None, every: float = 2.0) -> Callab
 
 
 def log_path(run: RunDir, attempt: int, node_rank: int) -> Path:
-    """Where uv's output for an attempt goes (the job page's environment panel shows its tail)."""
-    node = "" if node_rank == 0 else f".node_{node_rank}"
-    return run.logs / f"attempt_{attempt}{node}.environment.log"
+    """Where uv's output for an attempt goes (the job page's environment panel shows its tail; node 0's is in
+    the merged console)."""
+    return run.environment_log(attempt, node_rank)
 
 
 def asked(wanted: EnvironmentSpec) -> str:

@@ -14,8 +14,10 @@ const MAX_MATCHES = 5000;
 const ALL = "all"; // the rank select's merged view
 const BOTH = "both"; // the stream select's merged view
 
-/** `[r0] text`, `[r1 err] text`: a merged console line with its rank (the CLI prints the same). */
+/** `[r0] text`, `[r1 err] text`, `[env] text` (uv preparing the job's packages): a merged console line with
+ * its source (the CLI prints the same). */
 export function consoleLine(line) {
+  if (line.stream === "environment") return `[env] ${line.text}`;
   return `[r${line.rank}${line.stream === "stderr" ? " err" : ""}] ${line.text}`;
 }
 
