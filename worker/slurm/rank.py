@@ -118,6 +118,10 @@ def _run_script(run_dir: str) -> int:
         sys.argv = argv
         sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
         runner = lambda: runpy.run_path(argv[0], run_name="__main__")  # noqa: E731
+    # A project may have a `worker` package of its own (a common name): ours, imported to get here, must not
+    # stand in for it (the functions above keep their module's globals).
+    for name in [m for m in sys.modules if m == "worker" or m.startswith("worker.")]:
+        del sys.modules[name]
     try:
         runner()
     except SystemExit as exc:
