@@ -26,7 +26,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from trainer.exit_codes import EXIT_OK, EXIT_STOPPED
+from rankzero._service import service_names
+
+with service_names():  # the service's `trainer`, even where the project has a trainer.py of its own
+    from trainer.exit_codes import EXIT_OK, EXIT_STOPPED
 
 _CALLS = {
     "log": "rankzero._metrics",
@@ -75,7 +78,8 @@ def __getattr__(name: str) -> Any:
     module = _CALLS.get(name)
     if module is None:
         raise AttributeError(f"module 'rankzero' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    with service_names():
+        value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 
