@@ -37,12 +37,25 @@ from worker.script_jobs import entrypoint_values, script_job_env, script_workdir
 MARK_ENV = "RANKZERO_JOB_MARK"  # every rank inherits it: lets us find ranks torchrun put in new sessions
 
 
+SERVICE_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
 def trainer_module() -> str:
     # A test hook: tests may point the launcher at a stand-in trainer module.
     return os.environ.get("RANKZERO_TRAINER_MODULE", "trainer")
 
 
-SERVICE_ROOT = str(Path(__file__).resolve().parent.parent)
+def trainer_command(module: str) -> list[str]:
+    """How a rank starts the built-in trainer (`python -c …`, after torchrun's `--no-python PYTHON`): `module`'s
+    package from the service's root, then run as `-m` would. The job's bundle is first on PYTHONPATH (its model
+    factory's modules) and a project's own `trainer.py` must not stand in for ours; once our package is
+    imported the path is as it was, so the factory's `core.models` or `utils` are still the project's."""
+    top = module.split(".")[0]
+    return [
+        "-c",
+        f"import sys; sys.path.insert(0, {SERVICE_ROOT!r}); import {top}; sys.path.remove({SERVICE_ROOT!r}); "
+        f"import runpy; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)",
+    ]
 
 
 def guard_command(module: str) -> list[str]:
@@ -205,7 +218,8 @@ def build_command(  # noqa: PLR0913 (the python of a job's own environment joine
     ]  # fmt: skip
     if entry is not None:
         return [*torchrun, *entry.argv()]
-    return [*torchrun, "-m", trainer_module(), "--spec", str(run.spec), "--run-dir", str(run.root)]
+    ranks = ["--no-python", python or sys.executable, *trainer_command(trainer_module())]
+    return [*torchrun, *ranks, "--spec", str(run.spec), "--run-dir", str(run.root)]
 
 
 # What a rank sees of the worker's environment: an allow-list, so the API token, the database and

@@ -154,3 +154,31 @@ def test_packing_code_imports_no_database_and_no_settings() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     loaded = set(done.stdout.split())
     assert not loaded & {"sqlalchemy", "sqlmodel", "core.settings", "core.tables", "core.db"}, sorted(loaded)
+
+
+def test_a_project_cannot_stand_in_for_the_built_in_trainer(tmp_path: Path) -> None:
+    """A built-in job's bundle (its model factory) is first on PYTHONPATH: its own `trainer.py` must not run in
+    our trainer's place, and its other modules (here `core`) are still its own once the trainer runs."""
+    from worker.launch import trainer_command
+
+    project = tmp_path / "project"
+    (project / "core").mkdir(parents=True)
+    taken = tmp_path / "taken"
+    (project / "trainer.py").write_text(f"open({str(taken)!r}, 'w').write('imported')\n")
+    (project / "core" / "__init__.py").write_text("WHOSE = 'the project'\n")
+    (project / "probe").mkdir()  # run as our trainer would be: `-m probe` runs probe/__main__.py
+    (project / "probe" / "__init__.py").write_text("")
+    (project / "probe" / "__main__.py").write_text("import core, sys\nprint(core.WHOSE, '|', sys.argv[1:])\n")
+    env = rank_env("startup-test", None)
+    env["PYTHONPATH"] = os.pathsep.join([str(project), env["PYTHONPATH"]])
+
+    def rank(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, *trainer_command(module), *args], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+
+    ours = rank("trainer", "--help")
+    assert ours.returncode == 0 and "--spec" in ours.stdout, ours.stderr  # our trainer's own usage
+    assert not taken.exists(), "the project's trainer.py ran in our trainer's place"
+    probe = rank("probe", "--spec", "x")
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.strip() == "the project | ['--spec', 'x']"  # the path as it was: the project's core
