@@ -94,7 +94,7 @@ def test_only_a_later_attempt_looks_for_processes_an_earlier_one_left(
     monkeypatch.setattr(procs, "stop_earlier_attempts", stop_earlier_attempts)
     monkeypatch.setattr(run_record, "catch_up", lambda *a, **k: 0)
     monkeypatch.setattr(run_record, "newest_intact_checkpoint", lambda *a, **k: None)
-    settings = Settings(data_dir=tmp_path / "data")
+    settings = Settings(data_dir=tmp_path / "data")  # pyright: ignore[reportCallIssue]
     node_zero._before_launch(None, settings, 7, attempt, RunDir(tmp_path / "job_7"))  # type: ignore[arg-type]
     assert looked == ([attempt] if scans else [])
 
@@ -111,7 +111,7 @@ def test_nothing_on_the_launch_path_sleeps(tmp_path: Path, monkeypatch: pytest.M
     project = tmp_path / "project"
     project.mkdir()
     (project / "train.py").write_text("print('iter 0')\n")
-    settings = Settings(data_dir=tmp_path / "data", sandbox="on" if sandbox.probe() is None else "off")
+    settings = Settings(data_dir=tmp_path / "data", sandbox="on" if sandbox.probe() is None else "off")  # pyright: ignore[reportCallIssue]
     settings.resolved_runs_dir.mkdir(parents=True)
     packed = core_bundles.pack(project, tmp_path / "b.tar.gz")
     store = core_bundles.archive_path(settings, packed.sha256)
