@@ -332,22 +332,25 @@ def _unless_locked(job_id: int, what: str, write: Callable[[], object]) -> None:
         log.warning("job %s: its row is held by another transaction; %s at a later pass", job_id, what)
 
 
-def drive_sweeps(settings: Settings) -> None:
-    """The sweep driver's pass (core/sweeps/driver.py), run by the one active scheduler; never fails the pass."""
+def drive_sweeps(settings: Settings) -> bool:
+    """The sweep driver's pass (core/sweeps/driver.py), run by the one active scheduler; never fails the pass.
+    True while a sweep is running or paused (or the pass failed): its trials' pruning is judged every pass."""
     try:
         from core.sweeps.driver import drive_once  # imports Optuna on first use, in the leader only
 
-        drive_once(settings)
+        return drive_once(settings).active > 0
     except Exception:
         log.exception("sweep driver pass failed")
+        return True
 
 
-def next_pass_in(plan: placement.Plan, poll_s: float, lease_s: float) -> float:
-    """How long the leader sleeps unless woken. With nothing queued a pass can place, explain or preempt
-    nothing, and everything that queues a job (a submit, a requeue, a node's end) wakes it at once: it
-    sleeps a third of a lease (renewed with room to spare; idle, 0.3 passes a second instead of 0.5); else
-    `poll_s`. A running sweep's pruning and the fair-share charge are judged at that slower pace then."""
-    quiet = not (plan.placements or plan.pending or plan.preempt)
+def next_pass_in(plan: placement.Plan, poll_s: float, lease_s: float, sweeping: bool = False) -> float:
+    """How long the leader sleeps unless woken. With nothing queued and no sweep running, a pass can place,
+    explain, preempt or prune nothing, and everything that queues a job (a submit, a requeue, a node's end)
+    wakes it at once: it sleeps a third of a lease (renewed with room to spare; idle, 0.3 passes a second
+    instead of 0.5); else `poll_s` (a sweep's trials are judged for pruning each pass). The fair-share
+    charge is judged at the slower pace then."""
+    quiet = not (plan.placements or plan.pending or plan.preempt or sweeping)
     return max(poll_s, lease_s / 3) if quiet else poll_s
 
 
@@ -361,9 +364,9 @@ def start_scheduler_thread(settings: Settings, stop: threading.Event) -> threadi
         while not stop.is_set():
             try:
                 if leadership.hold():
-                    drive_sweeps(settings)  # new trials first, so this same pass places them
+                    sweeping = drive_sweeps(settings)  # new trials first, so this same pass places them
                     plan = schedule_once(settings)
-                    waiter.wait(next_pass_in(plan, settings.scheduler_poll_s, leadership.lease_s))
+                    waiter.wait(next_pass_in(plan, settings.scheduler_poll_s, leadership.lease_s, sweeping))
                     continue
             except Exception:  # the database may be restarting: try again, leading or not
                 log.exception("scheduler pass failed")

@@ -9,7 +9,7 @@ before_commit), and the (sweep, number) unique key refuses a second trial with t
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
@@ -26,8 +26,13 @@ from core.tables import Sweep, SweepTrial
 log = logging.getLogger("rankzero.sweeps")
 
 
-def drive_once(settings: Settings) -> int:
-    """One pass over every running or paused sweep; returns how many trials it started."""
+class Driven(NamedTuple):
+    active: int  # sweeps running or paused: their trials' pruning is judged each pass
+    started: int  # trials started by this pass
+
+
+def drive_once(settings: Settings) -> Driven:
+    """One pass over every running or paused sweep."""
     engine = get_engine(settings.resolved_database_url)
     with Session(engine) as session:
         ids = session.execute(select(col(Sweep.id)).where(col(Sweep.status).in_(store.ACTIVE))).scalars().all()
@@ -37,7 +42,7 @@ def drive_once(settings: Settings) -> int:
             started += _drive(engine, int(sweep_id))
         except Exception:  # one broken sweep must not stop the others (or the scheduler's pass)
             log.exception("sweep %s: the driver's pass failed", sweep_id)
-    return started
+    return Driven(active=len(ids), started=started)
 
 
 def _drive(engine: Any, sweep_id: int) -> int:
@@ -109,4 +114,4 @@ def _prune(session: Session, sweep_id: int, spec: SweepSpec, prune: Prune) -> No
     log.info("sweep %s: trial %s (job %s) pruned at step %s", sweep_id, prune.number, prune.job_id, prune.step)
 
 
-__all__ = ["drive_once"]
+__all__ = ["Driven", "drive_once"]

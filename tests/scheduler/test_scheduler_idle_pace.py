@@ -13,18 +13,21 @@ PREEMPTING = Plan(preempt={3: 9})
 
 
 @pytest.mark.parametrize(
-    ("plan", "poll_s", "lease_s", "expected"),
+    ("plan", "sweeping", "poll_s", "lease_s", "expected"),
     [
-        (QUIET, 2.0, 10.0, 10.0 / 3),  # nothing queued: a third of the lease
-        (WAITING, 2.0, 10.0, 2.0),  # a job waits for room: every poll, as ever
-        (PREEMPTING, 2.0, 10.0, 2.0),
-        (QUIET, 5.0, 20.0, 20.0 / 3),
-        (QUIET, 30.0, 120.0, 40.0),
-        (QUIET, 10.0, 10.0, 10.0),  # never faster than the poll the operator set
+        (QUIET, False, 2.0, 10.0, 10.0 / 3),  # nothing queued: a third of the lease
+        (WAITING, False, 2.0, 10.0, 2.0),  # a job waits for room: every poll, as ever
+        (PREEMPTING, False, 2.0, 10.0, 2.0),
+        (QUIET, True, 0.3, 10.0, 0.3),  # a sweep runs: its trials are judged for pruning every poll
+        (QUIET, False, 5.0, 20.0, 20.0 / 3),
+        (QUIET, False, 30.0, 120.0, 40.0),
+        (QUIET, False, 10.0, 10.0, 10.0),  # never faster than the poll the operator set
     ],
 )
-def test_the_scheduler_sleeps_longer_only_when_nothing_is_queued(plan, poll_s, lease_s, expected) -> None:
-    assert next_pass_in(plan, poll_s, lease_s) == pytest.approx(expected)
+def test_the_scheduler_sleeps_longer_only_when_nothing_is_queued_or_swept(
+    plan, sweeping, poll_s, lease_s, expected
+) -> None:
+    assert next_pass_in(plan, poll_s, lease_s, sweeping) == pytest.approx(expected)
 
 
 def test_an_idle_leader_still_renews_its_lease_in_time() -> None:
