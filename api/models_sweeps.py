@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from core.sweeps.decide import TrialView, best
 from core.sweeps.space import SweepSpec, total_trials
-from core.tables import Job, Sweep, SweepTrial
+from core.tables import Job, JobStatus, Sweep, SweepTrial
 
 
 class TrialPublic(BaseModel):
@@ -81,7 +81,8 @@ class SweepDetail(SweepPublic):
                     number=trial.number,
                     job_id=int(trial.job_id),
                     name=job.name,
-                    status="pruned" if trial.pruned else job.status.value,
+                    # a trial whose job finished before the prune's stop reached it completed: it says so
+                    status="pruned" if trial.pruned and job.status != JobStatus.succeeded else job.status.value,
                     job_status=job.status.value,
                     params=trial.params,
                     final=view.final,

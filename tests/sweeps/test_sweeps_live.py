@@ -166,7 +166,8 @@ def test_asha_prunes_the_laggards_keeps_their_checkpoints_and_survives_a_schedul
     # (step 8) and is stopped; its slot goes to the next trial.
     body = {
         "name": "asha",
-        "job": _job(max_steps=24, log_every=4, eval_every=None, checkpoint={"every_steps": 4, "every_epochs": None}),
+        # 120 steps: a laggard judged at step 8 is stopped long before it could finish on its own
+        "job": _job(max_steps=120, log_every=4, eval_every=None, checkpoint={"every_steps": 4, "every_epochs": None}),
         "method": "grid",
         "metric": "train/loss",
         "parallel": 2,
