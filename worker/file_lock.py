@@ -14,12 +14,14 @@ from pathlib import Path
 
 
 @contextlib.contextmanager
-def held(path: Path, tick: Callable[[], None] = lambda: None) -> Iterator[None]:
-    """Hold the lock on `path` (created if missing); while another process holds it, call `tick` and retry."""
+def held(path: Path, tick: Callable[[], None] = lambda: None, shared: bool = False) -> Iterator[None]:
+    """Hold the lock on `path` (created if missing); while another process holds it, call `tick` and retry.
+    `shared`: many holders at once, kept out only by an exclusive holder."""
+    mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     with open(path, "a+b") as fh:
         while True:
             try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fh, mode | fcntl.LOCK_NB)
                 break
             except BlockingIOError:  # another job makes the same thing: wait for it, alive
                 tick()

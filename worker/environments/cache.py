@@ -142,18 +142,8 @@ def disk_use(folder: Path) -> int:
 def uv_cache_in_use(root: Path, tick: Callable[[], None] = lambda: None) -> Iterator[None]:
     """Held (shared) around every uv command: uv's cache is not emptied under it."""
     root.mkdir(parents=True, exist_ok=True)
-    with open(root / UV_CACHE_LOCK, "a+b") as fh:
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:  # being emptied (briefly): wait, alive
-                tick()
-                time.sleep(0.05)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with file_lock.held(root / UV_CACHE_LOCK, tick, shared=True):  # being emptied (briefly): wait, alive
+        yield
 
 
 def empty_uv_cache(root: Path) -> bool:
