@@ -147,6 +147,14 @@ class Settings(BaseSettings):
         description="With a stall_timeout_s, how long an attempt may take from launch to its first sign of life "
         "(imports, downloads, rendezvous) before it counts as hung.",
     )
+    finished_linger_s: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="How long a job's processes may outlive the built-in trainer's `finished` (its final checkpoint "
+        "and record are on disk) before the worker stops them and records the job as succeeded: a rank or "
+        "torchrun hung in teardown never holds a finished job, or its GPUs, for long.",
+    )
     poll_s: float = Field(
         0.25, gt=0, le=60, description="How often a supervisor reads events.jsonl and looks at the job row (cancel)."
     )

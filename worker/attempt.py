@@ -94,6 +94,7 @@ class StopReason(str, Enum):
     preempt = "preempt"  # the scheduler needs our place for a higher-priority job: checkpoint, requeue
     host_lost = "host_lost"  # another node's host went silent: stop every node, resume elsewhere
     limit = "limit"  # a quota broken (max_runtime_s, disk_limit_mb, an overlong event line): stop, checkpoint, fail
+    lingered = "lingered"  # the trainer said `finished`, but its processes had not exited LINGER_S later
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,7 @@ class Seen:
     quiet_s: float = 0.0  # seconds since the last sign of life (an event, a heartbeat, a script's output)
     last_step: int | None = None
     broke_limit: str | None = None  # a quota broken, in words (worker/quota.py `breach`)
+    finished_s: float | None = None  # seconds since the built-in trainer's `finished` (None: not seen yet)
 
 
 @dataclass(frozen=True)
@@ -131,3 +133,4 @@ class Limits:
     attempt: int
     stall_timeout_s: float | None = None  # spec.stall_timeout_s (None: no watchdog)
     startup_timeout_s: float | None = None  # settings.startup_timeout_s, before the first sign of life
+    linger_s: float = 60.0  # how long ranks may outlive the trainer's `finished` (teardown, torchrun's exit barrier)

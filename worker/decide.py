@@ -110,9 +110,22 @@ class Facts:
     port_taken: bool = False  # the launcher's log says another process held the rendezvous/master port
 
 
+# Stops that hand the job back to the queue: when the trainer said `finished` before the stop reached its ranks
+# (a drain or a preemption decided in the run's last second), the job is done, not resumed for nothing.
+# A stop for lingering (worker/stop_reason.py) comes only after `finished`: the job succeeded, its teardown hung.
+OVERTAKEN_BY_FINISH = {
+    StopReason.drain: "finished before the drain's stop reached its ranks",
+    StopReason.preempt: "finished before the preemption's stop reached its ranks",
+    StopReason.lingered: "finished; {note}",
+}
+
+
 def looks_finished(ended: Ended, finished: bool) -> bool:
-    """The ranks exited on their own, and ok (or the trainer said `finished` before a noisy teardown)."""
-    return ended.stopped_for is None and (ended.exit_code == EXIT_OK or finished)
+    """The ranks exited on their own, and ok (or the trainer said `finished` before a noisy teardown); or the
+    trainer said `finished` before a drain's or preemption's stop reached them."""
+    if ended.stopped_for is None:
+        return ended.exit_code == EXIT_OK or finished
+    return finished and ended.stopped_for in OVERTAKEN_BY_FINISH
 
 
 def failed_on_its_own(ended: Ended, finished: bool) -> bool:
@@ -132,21 +145,23 @@ def names_checkpoint(outcome: Outcome) -> bool:
 
 def decide(standing: Standing, ended: Ended, facts: Facts) -> Outcome:
     """The outcome of an attempt whose ranks ended (on their own, or stopped by us)."""
-    stopped = _stopped_by_us(standing, ended, facts)
+    code = ended.exit_code
+    finished = looks_finished(ended, facts.finished)
+    stopped = None if finished else _stopped_by_us(standing, ended, facts)
     if stopped is not None:
         return stopped
-    code = ended.exit_code
-    if looks_finished(ended, facts.finished):
+    if finished:
         if facts.hole is not None:  # never a success with a hole in its record; a restart would not fill it
             failure = Failure(message=f"the run's record is incomplete: {facts.hole}", exit_code=code)
             return fail(failure, facts.latest_checkpoint, account="failed (incomplete record)", job_id=standing.job_id)
         # After `finished` the final checkpoint and every event are on disk; a rank dying in process-group
         # teardown (seen: gloo aborting when its peer exits first) loses nothing, so it is only noted.
-        detail = (
-            "finished"
-            if code == EXIT_OK
-            else f"finished (a rank exited with {code} during teardown, after the final checkpoint)"
-        )
+        if ended.stopped_for is not None:
+            detail = OVERTAKEN_BY_FINISH[ended.stopped_for].format(note=ended.note or "")
+        elif code == EXIT_OK:
+            detail = "finished"
+        else:
+            detail = f"finished (a rank exited with {code} during teardown, after the final checkpoint)"
         return Finish(S.succeeded, detail, code, "succeeded", "finished but its row had moved on")
     if facts.port_taken and failed_on_its_own(ended, facts.finished):
         return port_taken(standing, code, facts)

@@ -240,7 +240,7 @@ def _watch_until_ended(watch: Watcher) -> Ended:
 
 def _look_until_ended(watch: Watcher, wakeups: Wakeups) -> Ended:
     a = watch.a
-    limits = Limits(a.number, a.spec.stall_timeout_s, a.settings.startup_timeout_s)
+    limits = Limits(a.number, a.spec.stall_timeout_s, a.settings.startup_timeout_s, a.settings.finished_linger_s)
     cadence = wakeups.cadence
     files_due = row_due = 0.0  # monotonic: when the files (events, heartbeat, logs, samples) and the row are next read
     files_read_at = -cadence.files_gap_s
@@ -263,6 +263,9 @@ def _look_until_ended(watch: Watcher, wakeups: Wakeups) -> Ended:
             reason = stop_reason(seen, limits)
         if reason is StopReason.replaced:
             raise jobs.FencedOut(a.job_id, a.number)
+        if reason is StopReason.lingered:  # which process held the teardown up: the next bug report's first line
+            log.warning("job %s attempt %s: finished %.0f s ago, still running: %s", a.job_id, a.number,
+                        seen.finished_s or 0.0, procs.describe(procs.pids_with_mark(a.mark)))  # fmt: skip
         if reason is not None:
             note = drain.why(a.settings) if reason is StopReason.drain else stop_note(reason, seen, limits)
             code = procs.stop(a.proc, a.mark, grace_s(a.settings.cancel_grace_s, reason), _keep_alive(a))

@@ -41,6 +41,19 @@ def pids_with_mark(mark: str) -> list[int]:
     return [pid for pid, env in _live_environs() if needle in env]
 
 
+def describe(pids: list[int], limit: int = 8) -> str:
+    """`pid: command line` of each of `pids` (at most `limit`, each cut at 120 characters), for a log line."""
+    described = []
+    for pid in pids[:limit]:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile
+        described.append(f"{pid}: {b' '.join(argv).decode(errors='replace').strip()[:120]}")
+    more = f" (and {len(pids) - limit} more)" if len(pids) > limit else ""
+    return "; ".join(described) + more if described else "nothing"
+
+
 def _attempt_of(env: list[bytes]) -> int | None:
     """The attempt a process belongs to, from its mark `<job>-<attempt>-<hex>` (None: not one of ours)."""
     for item in env:

@@ -36,12 +36,21 @@ def stop_reason(seen: Seen, limits: Limits) -> StopReason | None:
         return StopReason.preempt
     if seen.lost_peer is not None:
         return StopReason.host_lost
-    limit = stall_limit(seen, limits)
-    if limit is not None and seen.quiet_s > limit:
-        return StopReason.stall
+    hung = _hung(seen, limits)
+    if hung is not None:
+        return hung
     if status not in (S.starting, S.running):  # deleted, finished, or sent back to the queue
         return StopReason.gone
     return None
+
+
+def _hung(seen: Seen, limits: Limits) -> StopReason | None:
+    """A stall (no sign of life for too long), or a teardown that lingers after the trainer's `finished` (all
+    is on disk then: quiet ranks are no stall, but they may hang in teardown or torchrun's exit barrier)."""
+    if seen.finished_s is not None:
+        return StopReason.lingered if seen.finished_s > limits.linger_s else None
+    limit = stall_limit(seen, limits)
+    return StopReason.stall if limit is not None and seen.quiet_s > limit else None
 
 
 def stall_note(seen: Seen, limits: Limits) -> str:
@@ -64,9 +73,11 @@ def stop_note(reason: StopReason, seen: Seen, limits: Limits) -> str:
         return seen.over_limit or ""
     if reason is StopReason.limit:
         return seen.broke_limit or ""
+    if reason is StopReason.lingered:
+        return f"its processes had not exited {limits.linger_s:g} s after the trainer finished; they were stopped"
     return seen.lost_peer or ""
 
 
 def grace_s(cancel_grace_s: float, reason: StopReason) -> float:
-    """How long the ranks get to checkpoint after SIGTERM (a hung rank will not: 5 s at most)."""
-    return min(cancel_grace_s, 5.0) if reason is StopReason.stall else cancel_grace_s
+    """How long the ranks get to checkpoint after SIGTERM (a hung rank will not, a finished one need not: 5 s)."""
+    return min(cancel_grace_s, 5.0) if reason in (StopReason.stall, StopReason.lingered) else cancel_grace_s

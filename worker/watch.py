@@ -82,6 +82,7 @@ class Watcher:
         self._notice_heartbeat()  # an earlier attempt's last beat is not this one's life
         self.started, self.last_event = False, time.monotonic()
         self.last_step: int | None = None
+        self.finished_at: float | None = None  # monotonic: when this attempt's `finished` was read (built-in trainer)
         self.status: JobStatus | None = S.running
         self.attempt = a.number
         self.preempt_for: int | None = None  # the job the scheduler stops us for
@@ -109,6 +110,8 @@ class Watcher:
             self.pending.extend(events)
             self.last_event = time.monotonic()
             self.started = self.started or any(self._is_this_start(e) for e in events)
+            if self.finished_at is None and not self.a.spec.is_script and any(self._is_this_end(e) for e in events):
+                self.finished_at = time.monotonic()
             steps = [e["step"] for e in events if isinstance(e.get("step"), int)]
             self.last_step = max(steps) if steps else self.last_step
         self._notice_heartbeat()
@@ -146,6 +149,10 @@ class Watcher:
     def _is_this_start(self, ev: dict[str, Any]) -> bool:
         """This attempt's `started` (an earlier attempt's is older than its launch)."""
         return ev.get("type") == EventType.started and float(ev.get("time", 0)) >= self.launched_at - 1
+
+    def _is_this_end(self, ev: dict[str, Any]) -> bool:
+        """This attempt's `finished`: the final checkpoint and every event are on disk."""
+        return ev.get("type") == EventType.finished and float(ev.get("time", 0)) >= self.launched_at - 1
 
     # --- the database -----------------------------------------------------------------------------
 
@@ -186,6 +193,7 @@ class Watcher:
             quiet_s=now - self.last_event,
             last_step=self.last_step,
             broke_limit=self.quota.check(now, self.tail.overlong_lines) or self.record_lost(),
+            finished_s=now - self.finished_at if self.finished_at is not None else None,
         )
 
     def record_lost(self) -> str | None:

@@ -21,7 +21,9 @@ from tests.support.jobs import (
 from tests.support.services import DEFAULT_SETTINGS, ServiceOptions
 
 FAST = {"RANKZERO_SCHEDULER_POLL_S": "0.2"}  # the default stale threshold: a drain is no host loss
-TOTAL = 40
+# Long enough that the drain (asked at step 13, seen by the API a second or so late, acted on at the worker's next
+# scan) reaches the ranks well before the run would finish by itself, even on a loaded machine.
+TOTAL = 100
 
 
 @pytest.fixture
@@ -33,7 +35,7 @@ def service_options() -> ServiceOptions:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return reference_weights(slow_spec("ref"), tmp_path_factory.mktemp("reference"))
+    return reference_weights(slow_spec("ref", max_steps=TOTAL), tmp_path_factory.mktemp("reference"))
 
 
 def host_of(job: dict[str, Any]) -> str:
@@ -48,7 +50,7 @@ def test_drain_moves_a_running_job_to_another_host_from_its_checkpoint(service, 
             settings, pool="threads", concurrency=2, name=f"{name}@%h", extra_env={**env, "RANKZERO_HOST_NAME": name}
         )
     wait(lambda: sum(h["alive"] for h in client.http.get("/hosts").json()) == 2, 90, "hosts a and b up")
-    job = client.submit(slow_spec("drained"))
+    job = client.submit(slow_spec("drained", max_steps=TOTAL))
     running = client.wait(job["id"], lambda j: j["step"] >= 13, 120, "step 13")
     first = host_of(running)
     other = "b" if first == "a" else "a"

@@ -42,3 +42,18 @@ def test_start_up_that_never_ends_is_stopped_after_startup_timeout_s(service, wo
     error = done["error"]
     assert "no sign of start-up within 8 s of launch (startup_timeout_s)" in error, error
     wait(lambda: not job_processes(workers.marker, job["id"]), 15, "the stuck attempt's processes to be gone")
+
+
+def test_a_finished_job_whose_teardown_hangs_is_stopped_and_succeeds(service, workers) -> None:
+    settings, client = service(finished_linger_s=5.0)
+    workers.start(settings)
+    # Rank 1 sleeps forever on its way out, after the trainer's `finished`: torchrun never exits by itself. The
+    # quiet teardown is no stall (stall_timeout_s 10 would restart a finished job): it lingers, and is stopped.
+    spec = slow_spec("hangs-at-exit", max_steps=10, stall_timeout_s=10, max_restarts=2)
+    spec["model"]["args"].update(hang_at_exit=True, hang_rank=1)
+    job = client.submit(spec)
+    done = client.wait_terminal(job["id"], 120)
+    assert done["status"] == "succeeded" and done["attempt"] == 1 and done["restarts_used"] == 0, done
+    last = done["transitions"][-1]["detail"]
+    assert last.startswith("finished; its processes had not exited 5 s after the trainer finished"), last
+    wait(lambda: not job_processes(workers.marker, job["id"]), 15, "the lingering processes to be gone")

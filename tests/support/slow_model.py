@@ -6,11 +6,13 @@ be killed mid-way, while its weights stay exactly those of the plain MLP (sleepi
 Faults on request (all off by default): `hang_at_step` (rank `hang_rank` sleeps forever in its Nth
 training forward), `hang_in_build` (every rank sleeps forever while the model is built, before the
 trainer's `started` event), `poison_at_step` (rank 0 appends an event the worker cannot ingest: a
-`checkpoint` whose step is not a number).
+`checkpoint` whose step is not a number), `hang_at_exit` (rank `hang_rank` sleeps forever on its way out, after
+the trainer's `finished`: a hung teardown).
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import time
@@ -57,9 +59,12 @@ def slow_mlp(
     hang_rank: int = 1,
     hang_in_build: bool = False,
     poison_at_step: int = 0,
+    hang_at_exit: bool = False,
     **mlp_args: Any,
 ) -> nn.Module:
     while hang_in_build:
         time.sleep(3600)
+    if hang_at_exit and int(os.environ.get("RANK", "0")) == hang_rank:  # after the trainer's `finished`
+        atexit.register(time.sleep, 3600)
     faults = {"hang_at_step": hang_at_step, "hang_rank": hang_rank, "poison_at_step": poison_at_step}
     return SlowModule(mlp(**mlp_args), step_s, {k: v for k, v in faults.items() if v or k == "hang_rank"})

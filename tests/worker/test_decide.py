@@ -57,6 +57,21 @@ CASES = [
      "worker shutting down; the job resumes from its latest checkpoint"),
     ("preempted: nothing spent", SPENT, Ended(75, R.preempt), Facts(preempt_for=9), "requeue:nothing",
      "preempted to make room for job 9 (higher priority); resumes from its latest checkpoint"),
+    ("finished before the drain's stop reached it", FIRST, Ended(0, R.drain), Facts(finished=True), "succeeded",
+     "finished before the drain's stop reached its ranks"),
+    ("finished before the preemption's stop reached it", FIRST, Ended(0, R.preempt),
+     Facts(finished=True, preempt_for=9),
+     "succeeded", "finished before the preemption's stop reached its ranks"),
+    ("finished before a drain, with a hole", FIRST, Ended(0, R.drain), Facts(finished=True, hole="events 3–4 missing"),
+     "fail", "the run's record is incomplete"),
+    ("finished, its teardown hung and was stopped", FIRST,
+     Ended(-9, R.lingered, "its processes had not exited 60 s after the trainer finished; they were stopped"),
+     Facts(finished=True), "succeeded",
+     "finished; its processes had not exited 60 s after the trainer finished; they were stopped"),
+    ("a cancel stays a cancel though the run finished", FIRST, Ended(0, R.cancel), Facts(finished=True), "cancelled",
+     "cancelled"),
+    ("a quota's stop stays a failure though the run finished", SPENT, Ended(0, R.limit, "over disk_limit_mb"),
+     Facts(finished=True), "fail", "over disk_limit_mb"),
     ("a peer's host lost", FIRST, Ended(75, R.host_lost, "h2"), Facts(), "requeue:host_loss",
      "host h2 went silent; every node stopped, resuming from the latest checkpoint (1/3 host losses)"),
     ("a peer's host lost once too often", SPENT, Ended(75, R.host_lost, "h2"), Facts(), "fail",
@@ -157,7 +172,9 @@ def test_the_recovery_sweep_and_node_zero_word_a_host_loss_alike() -> None:
         (Ended(75, R.stall), False, False, False, True),
         (Ended(75, R.memory), False, False, False, True),
         (Ended(75, R.cancel), False, False, False, False),
-        (Ended(0, R.drain), True, False, False, False),
+        (Ended(0, R.drain), True, True, False, False),  # finished before the drain's stop reached it
+        (Ended(0, R.drain), False, False, False, False),
+        (Ended(0, R.cancel), True, False, False, False),  # a cancel stays a cancel
     ],
 )
 def test_which_facts_node_zero_gathers(ended: Ended, finished: bool, fin: bool, own: bool, restart: bool) -> None:

@@ -43,6 +43,11 @@ CASES = [
     ("start-up past startup_timeout_s", seen(started=False, quiet_s=301), NODE_ZERO, R.stall),
     ("no watchdog without stall_timeout_s", seen(started=True, quiet_s=1e9), Limits(2, None, 300.0), None),
     ("stall wins over a finished row", seen(S.succeeded, started=True, quiet_s=61), NODE_ZERO, R.stall),
+    ("finished, tearing down: keep waiting", seen(started=True, quiet_s=999, finished_s=30), NODE_ZERO, None),
+    ("finished, teardown past linger_s", seen(started=True, finished_s=61), NODE_ZERO, R.lingered),
+    ("finished exactly linger_s ago: not yet", seen(started=True, finished_s=60), NODE_ZERO, None),
+    ("a cancel wins over lingering", seen(S.cancelling, finished_s=999), NODE_ZERO, R.cancel),
+    ("a lost peer wins over lingering", seen(lost_peer="h2", finished_s=999), NODE_ZERO, R.host_lost),
     ("finished under us", seen(S.succeeded), NODE_ZERO, R.gone),
     ("failed under us", seen(S.failed), NODE_ZERO, R.gone),
     ("cancelled under us", seen(S.cancelled), NODE_ZERO, R.gone),
@@ -89,3 +94,9 @@ def test_a_hung_rank_gets_at_most_five_seconds_to_checkpoint() -> None:
     assert grace_s(30.0, R.stall) == 5.0
     assert grace_s(2.0, R.stall) == 2.0
     assert grace_s(30.0, R.cancel) == 30.0
+
+
+def test_a_lingering_teardown_is_stopped_quickly_and_says_so() -> None:
+    assert grace_s(30.0, R.lingered) == 5.0
+    note = stop_note(R.lingered, seen(finished_s=61), NODE_ZERO)
+    assert note == "its processes had not exited 60 s after the trainer finished; they were stopped"
