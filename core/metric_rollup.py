@@ -22,12 +22,14 @@ them); their writer folds each batch in the transaction that inserts it (`fold`)
 from __future__ import annotations
 
 import math
+import sqlite3
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, text
+from sqlalchemy.exc import OperationalError
 from sqlmodel import Session
 
 WIDTHS = (16, 256, 4096, 65536)
@@ -146,6 +148,25 @@ _LEVELS = [(w, text(_rebuild_level_sql(w, f))) for f, w in zip(WIDTHS, WIDTHS[1:
 
 def refresh(session: Session, job_id: int) -> int:
     """Fold the job's points past its mark into the rollups and commit; returns how many points were new.
+
+    On SQLite, a refresh that cannot get the write lock within the busy timeout (a machine so loaded that
+    the ingester and other refreshers kept it) folds nothing and returns 0: the mark did not move, so the
+    next refresh folds those points; a chart read meanwhile is a few points behind, never wrong."""
+    try:
+        return _refresh(session, job_id)
+    except OperationalError as exc:
+        if not _sqlite_busy(exc):
+            raise
+        session.rollback()
+        return 0
+
+
+def _sqlite_busy(exc: OperationalError) -> bool:
+    return isinstance(exc.orig, sqlite3.OperationalError) and "locked" in str(exc.orig)
+
+
+def _refresh(session: Session, job_id: int) -> int:
+    """`refresh`, which see.
 
     All in SQL: the new points are grouped into finest buckets (merged into existing ones), then
     each coarser level's buckets that the new points touch are recomputed from the level below.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import insert
 from sqlmodel import Session
@@ -133,6 +134,36 @@ def test_concurrent_refreshes_while_ingesting_count_every_point_once(make_job, d
             text("SELECT sum(n) FROM metric_rollups WHERE job_id = :j AND width = :w"), {"j": job_id, "w": width}
         ).scalar()
         assert n == 10_000, width
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)  # SQLite's busy timeout; PostgreSQL's rows wait
+def test_a_refresh_that_cannot_get_sqlites_write_lock_folds_nothing_and_the_next_folds_it_all(
+    make_job, db: Session, settings
+) -> None:
+    import sqlite3
+
+    from sqlalchemy import create_engine, text
+
+    from core import metric_rollup
+
+    url = settings.resolved_database_url
+    job_id = make_job().id
+    _insert(db, job_id, [(i, "m", i, float(i)) for i in range(300)])
+    holder = sqlite3.connect(url.split("///", 1)[1], timeout=5)
+    holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock past the refresher's busy timeout
+    impatient = create_engine(url, connect_args={"timeout": 0.2})
+    try:
+        with Session(impatient) as s:
+            assert metric_rollup.refresh(s, job_id) == 0
+        holder.rollback()
+        with Session(impatient) as s:
+            assert metric_rollup.refresh(s, job_id) == 300  # the mark had not moved: nothing lost
+        n = db.execute(text("SELECT sum(n) FROM metric_rollups WHERE job_id = :j AND width = :w"),
+                       {"j": job_id, "w": metric_rollup.WIDTHS[0]}).scalar()  # fmt: skip
+        assert n == 300
+    finally:
+        holder.close()
+        impatient.dispose()
 
 
 def test_rollup_rows_equal_a_python_summary_at_every_width(make_job, db: Session) -> None:
