@@ -72,6 +72,7 @@ def test_parsers() -> None:
 
 DONE = Reading(Phase.ended, "Slurm job 12: completed", S.succeeded)
 FAILED = Reading(Phase.ended, "Slurm job 12: failed with exit code 1", S.failed)
+ABORTED = Reading(Phase.ended, "Slurm job 12: failed with exit code 134", S.failed)
 
 
 @pytest.mark.parametrize(
@@ -82,14 +83,23 @@ FAILED = Reading(Phase.ended, "Slurm job 12: failed with exit code 1", S.failed)
         (DONE, {"finished": True, "script": False, "hole": "no events", "exit_code": 0}, S.failed, "no events"),
         (DONE, {"finished": False, "script": True, "hole": None, "exit_code": 0}, S.succeeded, None),
         (DONE, {"finished": True, "script": False, "hole": None, "exit_code": 2}, S.failed, "exit code 2"),
+        # A rank died in process-group teardown after the trainer's `finished` (gloo's abort, exit 134): the
+        # record is whole, so the run succeeded, as a worker's does; not for a script, nor a record with a hole.
+        (ABORTED, {"finished": True, "script": False, "hole": None, "exit_code": 134}, S.succeeded, None),
+        (ABORTED, {"finished": True, "script": False, "hole": "seq 9 missing", "exit_code": 134}, S.failed,
+         "exit code 134"),
+        (ABORTED, {"finished": False, "script": False, "hole": None, "exit_code": 134}, S.failed, "exit code 134"),
+        (ABORTED, {"finished": True, "script": True, "hole": None, "exit_code": 134}, S.failed, "exit code 134"),
         (FAILED, {"finished": False, "script": True, "hole": None, "exit_code": 1,
                   "failure": Failure("ValueError: boom", rank=1, exit_code=1, traceback=["ValueError: boom"])},
          S.failed, "rank 1 failed with exit code 1: ValueError: boom"),
     ],
 )  # fmt: skip
 def test_ending(reading: Reading, kw: dict, status: JobStatus, error: str | None) -> None:
-    got_status, _, cols = ending(reading, **{"failure": None, **kw})
+    got_status, words, cols = ending(reading, **{"failure": None, **kw})
     assert got_status == status
+    if reading is ABORTED and status is S.succeeded:
+        assert "teardown" in words and cols["exit_code"] == 134
     if error is None:
         assert "error" not in cols
     else:

@@ -64,7 +64,15 @@ def gpus_per_node(spec: JobSpec, settings: Settings) -> int:
 def ending(reading: Reading, *, finished: bool, script: bool, hole: str | None,
            failure: errors.Failure | None, exit_code: int | None) -> tuple[JobStatus, str, dict]:  # fmt: skip
     """How an attempt Slurm says has ended ends the job: (status, timeline words, error columns). A
-    success is only what the trainer vouches for (`finished`, a whole record); a script's, its exit 0."""
+    success is only what the trainer vouches for (`finished`, a whole record); a script's, its exit 0.
+
+    The trainer's word wins over a rank's exit status after it: a built-in run that wrote `finished` with a
+    whole record (its final checkpoint and every event on disk) succeeds even when Slurm says FAILED because a
+    rank died in process-group teardown afterwards (seen under load: gloo aborts a rank whose peer exited
+    first, exit 134), as a worker's run does (worker/supervise.py); the exit code stays on the row."""
+    if reading.status is S.failed and finished and not script and hole is None:
+        words = f"{reading.words}, after the trainer finished (a rank died in process-group teardown)"
+        return S.succeeded, words, {"exit_code": exit_code, "eta_s": 0.0}
     if reading.status is S.succeeded:
         if exit_code not in (None, 0):
             reading = Reading(Phase.ended, f"{reading.words} (exit code {exit_code})", S.failed)
@@ -344,7 +352,8 @@ class Agent:
         failure = None
         if reading.status is S.failed or exit_code not in (None, 0):
             failure = errors.diagnose(run, row.attempt, batch_log(run.root), exit_code)
-        hole = run_record.hole_in_record(run, expect_finished=not script) if reading.status is S.succeeded else None
+        whole_needed = reading.status is S.succeeded or (finished and reading.status is S.failed)
+        hole = run_record.hole_in_record(run, expect_finished=not script) if whole_needed else None
         status, words, cols = ending(reading, finished=finished, script=script, hole=hole, failure=failure,
                                      exit_code=exit_code)  # fmt: skip
         jobs.finish(self.engine, row.job_id, status, detail=words, attempt=row.attempt, **cols)
