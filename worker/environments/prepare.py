@@ -356,9 +356,10 @@ def _build(  # noqa: PLR0913
         (site_packages / OVERLAY_PTH).write_text(overlay)
         if install:
             (tmp / "rankzero-install.txt").write_text(lock.text(install))
-            uv.run(["pip", "install", "--python", str(tmp / "bin" / "python"), "--no-deps", "--compile-bytecode",
+            uv.run(["pip", "install", "--python", str(tmp / "bin" / "python"), "--no-deps",
                     "-r", str(tmp / "rankzero-install.txt"), *uv.index_args(settings)],
                    settings, log_path, tick, root, timeout)  # fmt: skip
+            uv.compile_bytecode(site_packages, settings, log_path, tick, timeout)  # never by the entry's python
         size = cache.publish(root, key, tmp, {"packages": len(install), "python": base.python, "torch": base.torch})
         with open(log_path, "a") as out:
             out.write(f"rankzero: environment {key[:12]} built: {len(install)} packages of its own, "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -64,19 +65,42 @@ def headline(output: str) -> str:
     return text[:MAX_HEADLINE_CHARS] or "uv failed without a message"
 
 
-def run(
-    argv: Sequence[str], settings: Settings, log: Path, tick: Callable[[], None], cwd: Path, timeout_s: float
+def compile_bytecode(site_packages: Path, settings: Settings, log: Path, tick: Callable[[], None],
+                     timeout_s: float) -> None:  # fmt: skip
+    """Byte-compile an entry's packages with the worker's own interpreter, isolated (-I) and without `site` (-S).
+
+    Not uv's --compile-bytecode: that runs the entry's interpreter, whose start processes the `.pth` files of
+    the wheels just installed, and a `.pth` line starting with `import` is code: any package on the index
+    would run as the worker, outside the sandbox (tests/security/test_environment_code.py). compileall only
+    compiles; the entry's interpreter is the worker's Python (`uv venv --python sys.executable`), so the
+    bytecode is the one the ranks would write."""
+    command = [sys.executable, "-I", "-S", "-m", "compileall", "-q", "-j", "0", str(site_packages)]
+    run(command[1:], settings, log, tick, site_packages, timeout_s, program=sys.executable, check=False)
+
+
+def run(  # noqa: PLR0913 (the program and whether its failure counts are for compile_bytecode)
+    argv: Sequence[str],
+    settings: Settings,
+    log: Path,
+    tick: Callable[[], None],
+    cwd: Path,
+    timeout_s: float,
+    *,
+    program: str | None = None,
+    check: bool = True,
 ) -> None:
-    """Run uv `argv` (after the binary), its output appended to `log`; raise UvFailed with uv's message."""
+    """Run uv `argv` (after the binary; or `program`), its output appended to `log`; raise UvFailed with its
+    message (unless `check` is False: a package whose file does not compile is no failed build)."""
     home = settings.resolved_environment_dir / ".uv-home"
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
     env = uv_env(settings.resolved_environment_dir / cache.UV_CACHE, home)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out, cache.uv_cache_in_use(settings.resolved_environment_dir, tick):
         start = out.tell()
-        out.write(f"$ uv {' '.join(argv)}\n".encode())
+        out.write(f"$ {'uv' if program is None else Path(program).name} {' '.join(argv)}\n".encode())
         out.flush()
-        proc = subprocess.Popen([uv_bin(), *argv], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen([uv_bin() if program is None else program, *argv], stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT,
                                 env=env, cwd=cwd, start_new_session=True)  # fmt: skip
         deadline = time.monotonic() + timeout_s
         while proc.poll() is None:
@@ -86,7 +110,7 @@ def run(
                 proc.wait()
                 raise UvFailed(f"uv ran past RANKZERO_ENVIRONMENT_BUILD_TIMEOUT_S ({timeout_s:.0f} s) and was stopped")
             time.sleep(0.05)
-    if proc.returncode != 0:
+    if proc.returncode != 0 and check:
         with open(log, "rb") as fh:
             fh.seek(start)
             raise UvFailed(headline(fh.read(200_000).decode(errors="replace")))
