@@ -13,7 +13,7 @@ from api.auth import may_change_job
 from api.deps import CurrentUser, JobId, SessionDep, SettingsDep, job_or_404
 from api.models import ErrorDetail, JobPublic
 from api.models_team import JobAnnotations
-from api.routes.jobs import owner_names
+from api.routes.jobs import public_job
 from core import audit
 from core.paths import UnsafePath, run_dir_of
 from core.tables import Job
@@ -23,7 +23,7 @@ router = APIRouter(tags=["jobs"])
 
 def _answer(session: SessionDep, job: Job) -> JobPublic:
     session.refresh(job)
-    return JobPublic.from_row(job, owner_names(session, [job]))
+    return public_job(session, job)
 
 
 def _archive(job_id: int, session: SessionDep, who: CurrentUser, archived: bool) -> JobPublic:

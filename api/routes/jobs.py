@@ -64,7 +64,7 @@ def submit_job(
     """Queue a training job, owned by the caller. The body is a JobSpec (GET /api/schema/job-spec); unknown
     fields are refused. Refused (422) when it could never fit the caller's quota, 429 past her queued quota."""
     if idempotency_key and (done := jobs.by_idempotency_key(session, idempotency_key)) is not None:
-        return _replay(done, spec, settings, response)
+        return _replay(session, done, spec, settings, response)
     _check_quota(session, settings, who, spec)
     try:
         spec = submit_policy.apply(spec, settings)
@@ -93,7 +93,7 @@ def submit_job(
         winner = jobs.by_idempotency_key(session, idempotency_key) if idempotency_key else None
         if winner is None:  # not a concurrent retry with the same key: a real integrity error
             raise
-        return _replay(winner, spec, settings, response)
+        return _replay(session, winner, spec, settings, response)
     # Committed: core.jobs.create has woken the scheduler, which places it (no message to send from here).
     public = JobPublic.from_row(job, {who.user_id: who.name})
     public.environment_estimate = environments.estimate(spec, settings)  # a job's own torch: how big (issue 28)
@@ -141,7 +141,12 @@ def owner_names(session: Session, jobs_: list[Job]) -> dict[int, str]:
     return {uid: name for uid, name in session.execute(select(User.id, User.name).where(col(User.id).in_(ids))).all()}
 
 
-def _replay(job: Job, spec: JobSpec, settings: Settings, response: Response) -> JobPublic:
+def public_job(session: Session, job: Job) -> JobPublic:
+    """One job as every route answers it, its owner's name included (JobPublic.from_row alone leaves it null)."""
+    return JobPublic.from_row(job, owner_names(session, [job]))
+
+
+def _replay(session: Session, job: Job, spec: JobSpec, settings: Settings, response: Response) -> JobPublic:
     """The answer to a retried submit: the job the key created, if the spec is the same."""
     try:
         incoming = submit_policy.check_resume_from(spec, settings).model_dump(mode="json")
@@ -154,7 +159,7 @@ def _replay(job: Job, spec: JobSpec, settings: Settings, response: Response) -> 
         )
     response.status_code = status.HTTP_200_OK
     response.headers["Idempotent-Replayed"] = "true"
-    return JobPublic.from_row(job)
+    return public_job(session, job)
 
 
 async def _read_session(request: Request) -> AsyncIterator[Session]:
@@ -297,14 +302,14 @@ def cancel_job(job_id: JobId, session: SessionDep, who: CurrentUser) -> JobPubli
         if current.is_terminal:
             raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} already {current.value}; nothing to cancel")
         if current is JobStatus.cancelling:
-            return JobPublic.from_row(job)
+            return public_job(session, job)
         target = JobStatus.cancelled if current is JobStatus.queued else JobStatus.cancelling
         if jobs.transition(session, job_id, target, expect=current, detail=f"cancel requested by {who.name}"):
             audit.record(session, who, "job.cancel", f"job {job_id}", f"was {current.value}")
             session.commit()
             wake.after_commit(session.get_bind().engine)  # a supervisor sleeping on commits sees it now
             session.refresh(job)
-            return JobPublic.from_row(job)
+            return public_job(session, job)
         session.rollback()
         session.expire_all()
     raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} keeps changing state; try again")

@@ -7,6 +7,7 @@ from fastapi import APIRouter, HTTPException, status
 from api.auth import may_change_job
 from api.deps import CurrentUser, JobId, SessionDep, SettingsDep, job_or_404
 from api.models import JobPublic, PriorityChange
+from api.routes.jobs import public_job
 from core import audit, jobs, wake
 
 router = APIRouter(tags=["jobs"])
@@ -30,4 +31,4 @@ def change_priority(
     session.commit()
     wake.notify(settings)  # the queue's order changed
     session.refresh(job)
-    return JobPublic.from_row(job)
+    return public_job(session, job)

@@ -23,6 +23,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import JobId, SessionDep, SettingsDep, job_or_404
 from api.models import CheckpointPublic, ErrorDetail, JobPublic
+from api.routes.jobs import owner_names
 from core.db import get_engine
 from core.metric_rollup import EXTERNAL_SEQ_BASE
 from core.tables import Checkpoint, Job
@@ -53,6 +54,7 @@ class _Cursor:
         self.seq = after_seq  # events.jsonl's points
         self.external = after_external  # the worker's own points (EXTERNAL_SEQ_BASE and up)
         self.checkpoint_id = after_checkpoint
+        self.owners: dict[int, str] = {}  # the job's owner's name, read once (it never changes)
 
     def _new_points(self, session: Session, job_id: int) -> list[Any]:
         """New points of both seq spaces (each in seq order), moving both cursors."""
@@ -82,7 +84,9 @@ class _Cursor:
             job = session.get(Job, job_id)
             if job is None:
                 return [ServerSentEvent(json.dumps({"detail": "job deleted"}), event="end")], True
-            public = JobPublic.from_row(job)
+            if job.owner_id is not None and job.owner_id not in self.owners:
+                self.owners.update(owner_names(session, [job]))
+            public = JobPublic.from_row(job, self.owners)
             # "status" carries the whole JobPublic: send it again when anything but progress changes.
             key = json.dumps(
                 [

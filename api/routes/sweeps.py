@@ -181,4 +181,4 @@ def extend_best(
     except submit_policy.SpecRefused as exc:
         raise HTTPException(422, [{"loc": list(exc.loc), "msg": exc.msg, "type": "value_error"}]) from None
     made = jobs.create(session, checked.name, checked.model_dump(mode="json"), settings.queue, owner_id=who.user_id)
-    return JobPublic.from_row(made)
+    return JobPublic.from_row(made, {who.user_id: who.name})
