@@ -160,7 +160,7 @@ def jobs(  # noqa: PLR0913 (one parameter per command-line option)
     filters = {"mine": "true" if mine else None, "owner": owner, "tag": tag, "archived": "true" if archived else None}
     filters["sort"] = sort
     page = call(lambda: client_for(url, token).get("/jobs", status=status, name=name, limit=limit, **filters))
-    console.print(views.jobs_table(page["items"]))
+    console.print(views.jobs_table(page["items"], console.width))
     console.print(views.text(f"{len(page['items'])} of {page['total']} (times in {views.local_zone()})"))
 
 
@@ -407,7 +407,8 @@ def metrics(
         err.print(f"(empty) job {job_id} has no metric {name!r}" if name else f"(empty) job {job_id} has no metrics",
                   style="dim", highlight=False)  # fmt: skip
     else:
-        console.print(views.metrics_table(summaries))
+        for table in views.metrics_tables(summaries):
+            console.print(table)
 
 
 @app.command()

@@ -86,28 +86,45 @@ def status_text(status: str) -> Text:
     return text(status, STATUS_STYLE.get(status, ""))
 
 
-def jobs_table(items: list[dict[str, Any]]) -> Table:
-    # id and status keep their full width on any terminal (the id is what every other command takes);
-    # name, strategy and created give way first.
+def jobs_table(items: list[dict[str, Any]], width: int = 80) -> Table:
+    """Fits `width` columns: id, status, step, loss and created keep their full width (the id is what every
+    other command takes; a cut number reads as another number); name and strategy give way."""
     from rich import box
     from rich.table import Table
 
-    id_width = max([len(str(j["id"])) for j in items] + [2])
-    status_width = max([len(str(j["status"])) for j in items] + [6])
+    headers = ("id", "name", "status", "strategy", "step", "loss", "created")
+    rows = [
+        (str(j["id"]), str(j["name"]), str(j["status"]), str(j.get("strategy") or ""), steps(j),
+         number(j.get("latest_loss")), local_time(j.get("created_at"), short=True))
+        for j in items
+    ]  # fmt: skip
+    widest = [max([len(r[i]) for r in rows] + [len(h)]) for i, h in enumerate(headers)]
+    name_w, strategy_w = give_way(width - table_overhead(len(headers)) - sum(widest[i] for i in (0, 2, 4, 5, 6)),
+                                  min(widest[1], 24), min(widest[3], 12))  # fmt: skip
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
-    table.add_column("id", justify="right", no_wrap=True, min_width=id_width)
-    table.add_column("name", overflow="ellipsis", no_wrap=True, max_width=24, ratio=1)
-    table.add_column("status", no_wrap=True, min_width=status_width)
-    table.add_column("strategy", overflow="ellipsis", no_wrap=True, max_width=12)
-    table.add_column("step", justify="right", no_wrap=True, overflow="ellipsis")
-    table.add_column("loss", justify="right", no_wrap=True, overflow="ellipsis")
-    table.add_column("created", no_wrap=True, overflow="ellipsis")
-    for j in items:
-        table.add_row(
-            text(j["id"]), text(j["name"]), status_text(j["status"]), text(j.get("strategy")), text(steps(j)),
-            text(number(j.get("latest_loss"))), text(local_time(j.get("created_at"), short=True)),
-        )  # fmt: skip
+    table.add_column("id", justify="right", no_wrap=True, min_width=widest[0])
+    table.add_column("name", overflow="ellipsis", no_wrap=True, max_width=name_w)
+    table.add_column("status", no_wrap=True, min_width=widest[2])
+    table.add_column("strategy", overflow="ellipsis", no_wrap=True, max_width=strategy_w)
+    for i, name in ((4, "step"), (5, "loss"), (6, "created")):
+        table.add_column(name, justify="left" if name == "created" else "right", no_wrap=True, min_width=widest[i])
+    for r in rows:
+        table.add_row(text(r[0]), text(r[1]), status_text(r[2]), *(text(v) for v in r[3:]))
     return table
+
+
+def table_overhead(columns: int) -> int:
+    """Characters a SIMPLE_HEAD table with padding (0, 1) and no edge padding adds to its columns' widths."""
+    return 3 * columns - 1
+
+
+def give_way(room: int, first: int, second: int, least: int = 4) -> tuple[int, int]:
+    """Widths for two columns that share `room`: the first (a name) keeps as much as it can; each keeps at
+    least `least` (the table then runs wider than the terminal rather than show nothing)."""
+    if first + second <= room:
+        return first, second
+    second = max(least, min(second, room // 3))
+    return max(least, min(first, room - second)), second
 
 
 SHOW_FIELDS: tuple[tuple[str, str], ...] = (
@@ -234,20 +251,49 @@ def series_summary(series: dict[str, Any]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def metrics_table(summaries: list[dict[str, Any]]) -> Table:
+TIME_KEYED_PREFIX = "sys/"  # the worker's samples (worker/ingest.py SYSTEM_PREFIX): step = unix time in ms
+
+
+def series_step(name: str, step: Any) -> str:
+    """A point's step as a reader wants it: a number, or for a `sys/…` series (keyed by wall-clock ms, not by
+    the job's step) the local clock time it was sampled at."""
+    if step is None:
+        return ""
+    if name.startswith(TIME_KEYED_PREFIX) and isinstance(step, int):
+        return datetime.fromtimestamp(step / 1000, tz=timezone.utc).astimezone().strftime("%H:%M:%S")
+    return number(step)
+
+
+def metrics_tables(summaries: list[dict[str, Any]]) -> list[Table]:
+    """The job's series (min and max with their step, `2.255 @10`), then the worker's sys/… samples (keyed by
+    clock time: their latest, min and max, the time of the latest), each within 80 columns (`--json` has the
+    point counts and every step); a long name folds rather than vanish."""
     from rich import box
     from rich.table import Table
 
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("series", overflow="fold")
-    for name in ("points", "step", "latest", "min", "@step", "max", "@step"):
-        table.add_column(name, justify="right", no_wrap=True)
-    for s in summaries:
-        table.add_row(
-            text(s["name"]), text(number(s["points"])), text(number(s["step"])), text(number(s["latest"])),
-            text(number(s["min"])), text(number(s["min_step"])), text(number(s["max"])), text(number(s["max_step"])),
-        )  # fmt: skip
-    return table
+    own = [s for s in summaries if not s["name"].startswith(TIME_KEYED_PREFIX)]
+    system = [s for s in summaries if s["name"].startswith(TIME_KEYED_PREFIX)]
+    tables: list[Table] = []
+    if own:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        table.add_column("series", overflow="fold", min_width=min(max(len(s["name"]) for s in own), 12))
+        for name in ("step", "latest", "min @step", "max @step"):
+            table.add_column(name, justify="right", no_wrap=True)
+        for s in own:
+            low = f"{number(s['min'])} @{number(s['min_step'])}" if s["min"] is not None else ""
+            high = f"{number(s['max'])} @{number(s['max_step'])}" if s["max"] is not None else ""
+            table.add_row(text(s["name"]), text(number(s["step"])), text(number(s["latest"])), text(low), text(high))
+        tables.append(table)
+    if system:
+        table = Table(title="system samples", box=box.SIMPLE_HEAD, pad_edge=False)
+        table.add_column("series", overflow="fold", min_width=min(max(len(s["name"]) for s in system), 12))
+        for name in ("at", "latest", "min", "max"):
+            table.add_column(name, justify="right", no_wrap=True)
+        for s in system:
+            table.add_row(text(s["name"]), text(series_step(s["name"], s["step"])), text(number(s["latest"])),
+                          text(number(s["min"])), text(number(s["max"])))  # fmt: skip
+        tables.append(table)
+    return tables
 
 
 def checkpoints_table(rows: list[dict[str, Any]], run_dir: str) -> Table:

@@ -98,3 +98,55 @@ def test_hosts_table_shows_free_capacity_state_and_jobs() -> None:
     assert "1/2 GPUs" in out and "7 ddp (node 1)" in out
     assert "3/4 slots" in out and "draining" in out
     assert "last seen" in out.splitlines()[1]  # the header, under a blank line
+
+
+def _printed(table: object, width: int = 80) -> str:
+    from rich.console import Console
+
+    console = Console(width=width, record=True)
+    console.print(table)
+    return console.export_text()
+
+
+def test_the_jobs_table_at_80_columns_cuts_names_never_numbers() -> None:
+    """At 80 columns the step, loss and created columns were cut ('50/…', '0.3…', '11-28 10:…')."""
+    jobs = [
+        {"id": 5, "name": "digits-ddp-resume", "status": "succeeded", "strategy": "DDP 2 × acc 2", "step": 60,
+         "total_steps": 60, "latest_loss": 0.3581, "created_at": "2026-11-28T10:16:00+00:00", "spec": {}},
+        {"id": 1, "name": "digits-ddp", "status": "running", "strategy": "script", "step": 1234,
+         "total_steps": 100_000, "latest_loss": 0.3581, "created_at": "2026-11-28T10:16:00+00:00", "spec": {}},
+    ]  # fmt: skip
+    out = _printed(views.jobs_table(jobs, 80))
+    assert all(len(line) <= 80 for line in out.splitlines()), out
+    for whole in ("60/60", "1,234/100,000", "0.3581", views.local_time(jobs[0]["created_at"], short=True)):
+        assert whole in out, out
+    assert "digits-ddp" in out, out
+
+
+@pytest.mark.parametrize(
+    ("room", "first", "second", "widths"),
+    [(40, 20, 12, (20, 12)), (20, 20, 12, (14, 6)), (6, 20, 12, (4, 4))],
+)
+def test_give_way_shares_the_room_name_first(room: int, first: int, second: int, widths: tuple[int, int]) -> None:
+    assert views.give_way(room, first, second) == widths
+
+
+def _summary(name: str, step: int, low: float, high: float) -> dict:
+    return {"name": name, "points": 5, "step": step, "latest": low, "min": low, "min_step": step,
+            "max": high, "max_step": step}  # fmt: skip
+
+
+def test_metrics_tables_keep_series_names_and_show_system_samples_at_clock_times() -> None:
+    """Before, the one table ran ~125 columns: at 80 the series names vanished ('po…' headed the first column)
+    and sys/… samples showed their unix-ms keys as steps (1,795,860,842,115)."""
+    at_ms = 1_795_860_842_115
+    summaries = [_summary("throughput/samples_per_s", 50, 6662.6, 15427.2), _summary("train/loss", 50, 0.5156, 2.255),
+                 _summary("sys/rank0/cpu_percent", at_ms, 17.4, 31.5)]  # fmt: skip
+    own, system = views.metrics_tables(summaries)
+    out = _printed(own) + _printed(system)
+    assert all(len(line) <= 80 for line in out.splitlines()), out
+    assert "throughput/samples_per_s" in out and "train/loss" in out and "sys/rank0/cpu_percent" in out, out
+    assert "0.5156 @50" in out and "1,795,860" not in out, out
+    assert views.series_step("sys/rank0/cpu_percent", at_ms) in out
+    assert views.series_step("sys/x", at_ms).count(":") == 2 and views.series_step("train/loss", 50) == "50"
+    assert len(views.metrics_tables([summaries[1]])) == 1
