@@ -268,7 +268,7 @@ class Api:
                 "(`rankzero up` prints it), or set RANKZERO_DATA_DIR to the server's data dir"
             )
         if r.status_code == 404:
-            raise CliError(_detail(r) or f"not found: {r.request.url.path}")
+            raise CliError(in_cli_words(_detail(r)) or f"not found: {r.request.url.path}")
         if r.status_code == 422:
             raise CliError("the server refused the request:\n" + _detail(r))
         if r.status_code >= 400:
@@ -315,6 +315,16 @@ class Api:
                 yield r
         except httpx.TransportError as exc:
             raise CliError(f"cannot reach the API at {self.url} ({exc}): is it running?") from None
+
+
+# The API's advice names its routes; at the CLI the same advice is a command.
+REST_ADVICE_IN_CLI_WORDS = {"list jobs with GET /api/jobs": "list jobs with `rankzero jobs`"}
+
+
+def in_cli_words(detail: str) -> str:
+    for rest, cli in REST_ADVICE_IN_CLI_WORDS.items():
+        detail = detail.replace(rest, cli)
+    return detail
 
 
 def _detail(r: httpx.Response) -> str:

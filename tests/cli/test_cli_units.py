@@ -150,3 +150,17 @@ def test_metrics_tables_keep_series_names_and_show_system_samples_at_clock_times
     assert views.series_step("sys/rank0/cpu_percent", at_ms) in out
     assert views.series_step("sys/x", at_ms).count(":") == 2 and views.series_step("train/loss", 50) == "50"
     assert len(views.metrics_tables([summaries[1]])) == 1
+
+
+@pytest.mark.parametrize(
+    ("detail", "said"),
+    [
+        ("no job 999: list jobs with GET /api/jobs", "no job 999: list jobs with `rankzero jobs`"),
+        ("no checkpoint 4", "no checkpoint 4"),
+    ],
+)
+def test_the_apis_route_advice_reads_as_a_command(detail: str, said: str) -> None:
+    """`rankzero logs 999` said 'list jobs with GET /api/jobs' to someone at the CLI."""
+    from cli.client import in_cli_words
+
+    assert in_cli_words(detail) == said
