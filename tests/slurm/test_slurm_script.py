@@ -136,10 +136,12 @@ def test_a_warning_sent_while_a_rank_starts_waits_for_its_handlers() -> None:
 
 
 RANK_ENDS = """
-import atexit, sys
+import atexit, sys, threading, time
 from worker.slurm import rank
 atexit.register(lambda: print("interpreter teardown ran", flush=True))
-print("trainer returned", end="")  # buffered: exit_now flushes it
+writer = threading.Thread(target=lambda: (time.sleep(0.5), print("saved", end=" ")))  # a checkpoint being written
+writer.start()
+print("trainer returned", end=" ")  # buffered: exit_now flushes it
 rank.exit_now(75)
 """
 
@@ -147,8 +149,9 @@ rank.exit_now(75)
 def test_a_rank_whose_trainer_returned_exits_without_the_interpreters_teardown() -> None:
     """Gloo may abort a rank (exit 134) whose process-group objects Python frees at exit while a peer's connection
     closes (DDP holds them in reference cycles, so they live until the interpreter's teardown): the built-in
-    trainer's rank exits with the trainer's code at once, its output flushed."""
+    trainer's rank exits with the trainer's code at once, once its own threads (a checkpoint's writer) are done, its
+    output flushed."""
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-c", RANK_ENDS], cwd=root, capture_output=True, text=True, timeout=60,
                           check=False)  # fmt: skip
-    assert (done.returncode, done.stdout) == (75, "trainer returned"), done.stderr
+    assert (done.returncode, done.stdout) == (75, "trainer returned saved "), done.stderr

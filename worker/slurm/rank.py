@@ -163,6 +163,11 @@ def exit_now(code: int) -> None:
     Python frees at exit — gloo's pairs and threads, freed in no set order — and gloo aborts a rank (SIGABRT,
     exit 134) whose peer's connection closes meanwhile. Seen in testing: the resumed attempt's rank 1, after
     the run finished. Only for the built-in trainer: a script's exit hooks (the SDK's, the user's) must run."""
+    import threading
+
+    for thread in threading.enumerate():  # what the interpreter's exit would wait for (a checkpoint being written)
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
