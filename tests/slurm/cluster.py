@@ -1,7 +1,8 @@
-"""A real Slurm on this machine for the Slurm backend's tests: munged, slurmctld and two slurmd ("n1", "n2")
-sharing this host, a `low` and a `high` partition (partition-priority preemption, REQUEUE) and a `drop` one whose
-preempted jobs Slurm cancels instead (PreemptMode=CANCEL, as some sites set it), started from a
-template and stopped by pid (docs/slurm.md; the recipe: shared/reference/slurm-on-one-machine.md).
+"""A real Slurm on this machine for the Slurm backend's tests: munged, slurmctld and three slurmd ("n1", "n2",
+"n3") sharing this host, a `low` and a `high` partition on n1 and n2 (partition-priority preemption, REQUEUE), a
+`drop` one whose preempted jobs Slurm cancels instead (PreemptMode=CANCEL, as some sites set it), and `solo` on n3
+(a job there runs beside a preemption of n1 and n2, untouched by it), started from a template and stopped by pid
+(docs/slurm.md; the recipe: shared/reference/slurm-on-one-machine.md).
 
 Debian's packages are installed with apt where missing; the tests skip only when that fails.
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 from tests.support.ports import free_port
 
 PACKAGES = ("slurm-wlm", "munge")
+NODES = ("n1", "n2", "n3")
 NEEDED = ("slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo", "munged")
 
 CONF = """\
@@ -63,9 +65,11 @@ InactiveLimit=0
 Waittime=0
 NodeName=n1 NodeHostname={host} NodeAddr=127.0.0.1 Port={n1_port} CPUs=2 RealMemory=4000 State=UNKNOWN
 NodeName=n2 NodeHostname={host} NodeAddr=127.0.0.1 Port={n2_port} CPUs=2 RealMemory=4000 State=UNKNOWN
+NodeName=n3 NodeHostname={host} NodeAddr=127.0.0.1 Port={n3_port} CPUs=2 RealMemory=4000 State=UNKNOWN
 PartitionName=low  Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP PriorityTier=1  OverSubscribe=NO GraceTime=20
 PartitionName=high Nodes=n1,n2 Default=NO  MaxTime=INFINITE State=UP PriorityTier=10 OverSubscribe=NO
 PartitionName=drop Nodes=n1,n2 Default=NO MaxTime=INFINITE State=UP PriorityTier=1 GraceTime=20 PreemptMode=CANCEL
+PartitionName=solo Nodes=n3 Default=NO MaxTime=INFINITE State=UP PriorityTier=1 OverSubscribe=NO
 """
 
 
@@ -177,6 +181,7 @@ def start(root: Path, cred_expire: int = 10) -> SlurmCluster:
             slurmd_port=free_port(),
             n1_port=free_port(),
             n2_port=free_port(),
+            n3_port=free_port(),
         )  # fmt: skip
     )
     env = {**os.environ, "SLURM_CONF": str(conf)}
@@ -189,9 +194,9 @@ def start(root: Path, cred_expire: int = 10) -> SlurmCluster:
         cluster.pids.append(_spawn(munged, env, state / "munged.out", user="munge"))
         _wait(lambda: socket_path.exists(), 20, "munged did not create its socket")
         cluster.pids.append(_spawn(["slurmctld", "-D"], env, state / "slurmctld.out"))
-        for node in ("n1", "n2"):
+        for node in NODES:
             cluster.pids.append(_spawn(["slurmd", "-D", "-N", node], env, state / f"slurmd-{node}.out"))
-        _wait(lambda: _idle_nodes(cluster) >= 2, 60, "the two slurmd nodes did not become idle", cluster)
+        _wait(lambda: _idle_nodes(cluster) >= len(NODES), 60, "the slurmd nodes did not become idle", cluster)
     except BaseException:
         cluster.stop()
         raise

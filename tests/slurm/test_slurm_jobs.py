@@ -172,26 +172,4 @@ def test_a_torchrun_script_runs_as_is_and_a_rank_1_failure_shows_its_traceback(
     assert "rank 0 of 2 local 0: sum 3" in out0  # the all-reduce ran across both ranks
 
 
-def test_a_preempted_job_checkpoints_requeues_resumes_and_ends_exact(
-    agent: Agent, slurm_cluster: SlurmCluster, tmp_path: Path
-) -> None:
-    spec = slow_spec("preempted", step_s=0.15, max_steps=40, every=10)
-    job_id = submit(agent, spec)
-    drive(agent, job_id, lambda j: j.status is S.running and j.step >= 12)
-    # A job of the high partition that needs both nodes whole: Slurm preempts (REQUEUE) the low one.
-    slurm_cluster.run(
-        "sbatch", "--parsable", "-p", "high", "-N2", "--ntasks-per-node=2", "--output=/dev/null", "--wrap", "sleep 4"
-    )
-    job = drive(agent, job_id, lambda j: j.status in TERMINAL, timeout=300)
-    assert job.status is S.succeeded, job.error
-    assert job.attempt == 2
-    lines = timeline(agent, job_id)
-    requeued = [d for s, a, d in lines if s == "queued" and a == 1]
-    # Requeued by Slurm (or by the batch script), else submitted again by the agent: never lost, never run twice.
-    assert requeued and ("requeued by Slurm" in requeued[0] or "submitted again" in requeued[0]), lines
-    batch = (run_dir(agent.settings, job_id) / "logs" / "slurm_batch.log").read_text()
-    assert "attempt 2 resumes from step_" in batch
-    events = [json.loads(x) for x in (run_dir(agent.settings, job_id) / "events.jsonl").read_text().splitlines()]
-    started = [e for e in events if e["type"] == "started"]
-    assert len(started) == 2 and started[1].get("resumed_from")
-    assert_same_weights(final_checkpoint(agent, job_id, 40), reference_weights(spec, tmp_path / "ref"))
+# Preemption (a low job checkpoints, requeues, resumes and ends exact): tests/slurm/test_slurm_requeue.py.
