@@ -14,6 +14,7 @@ import {
 } from "./format.js";
 import { reportedCount, setProgress, stepsPhrase } from "./progress.js";
 import { CANCELLABLE } from "./meta.js";
+import { mayChangeJob, maySubmit } from "./me.js";
 
 // The REST shapes, generated from the API's OpenAPI (web/types/api.d.ts; tsc checks their use).
 /** @typedef {import("../../types/api").components["schemas"]["JobDetail"]} JobDetail */
@@ -75,10 +76,13 @@ function renderJob(j) {
     job.host_losses ? `lost its host ${job.host_losses === 1 ? "once" : `${job.host_losses} times`}` : null,
     job.tags?.length ? `tags ${job.tags.join(", ")}` : null].filter(Boolean);
   setText($("#job-facts"), facts.join(" · "));
-  $("#cancel-job").hidden = !CANCELLABLE.has(job.status);
+  // Only what the signed-in user may do (members change their own jobs, admins any; viewers none).
+  const mine = mayChangeJob(job.owner_id);
+  $("#cancel-job").hidden = !mine || !CANCELLABLE.has(job.status);
+  $("#clone-job").hidden = !maySubmit();
   // Housekeeping (issue 23): an ended job can be archived (hidden from the default list), and back.
   const archive = $("#archive-job");
-  archive.hidden = !TERMINAL.has(job.status);
+  archive.hidden = !mine || !TERMINAL.has(job.status);
   setText(archive, job.archived ? "Unarchive" : "Archive");
   $("#job-note").hidden = !job.note;
   setText($("#job-note"), job.note || "");
@@ -203,8 +207,11 @@ function renderOutcome() {
   const train = panel.full.get("train/loss");
   if (train?.xs.length || job.latest_loss !== null) {
     const last = train?.xs.length ? train.ys[train.ys.length - 1] : job.latest_loss;
-    items.push(h("div", { class: "outcome-item", dataset: { metric: "train/loss" } },
-      h("dt", {}, "train/loss"), h("dd", {}, h("span", { class: "outcome-final" }, fmtValue(job.latest_loss ?? last)), h("span", { class: "muted" }, terminal ? " final" : " latest"))));
+    // The job's latest loss may come from a script's console (`loss`) or TensorBoard: named train/loss
+    // only when that series is the one it is.
+    const label = train?.xs.length ? "train/loss" : "loss";
+    items.push(h("div", { class: "outcome-item", dataset: { metric: label } },
+      h("dt", {}, label), h("dd", {}, h("span", { class: "outcome-final" }, fmtValue(job.latest_loss ?? last)), h("span", { class: "muted" }, terminal ? " final" : " latest"))));
   }
   $("#job-outcome-values").replaceChildren(...items);
 }
@@ -392,7 +399,8 @@ async function loadCheckpoints() {
     h("td", {}, h("time", { datetime: c.created_at, title: c.created_at }, fmtClock(c.created_at))),
     h("td", { class: "row-actions" },
       h("a", { class: "btn btn-small", href: `/api/checkpoints/${c.id}/download`, download: "", "aria-label": `Download checkpoint at step ${c.step}` }, "Download"),
-      h("a", { class: "btn btn-small", href: `/new?resume=${c.id}`, "aria-label": `Resume from checkpoint at step ${c.step}` }, "Resume from here")),
+      // Resuming is changing the job (the server refuses another member's: api/routes/jobs.py).
+      mayChangeJob(job?.owner_id) ? h("a", { class: "btn btn-small", href: `/new?resume=${c.id}`, "aria-label": `Resume from checkpoint at step ${c.step}` }, "Resume from here") : null),
   )));
 }
 

@@ -1,0 +1,51 @@
+"""A member reads every job but changes only her own (docs/security.md "Roles"): the job page shows who is
+signed in and offers her Archive and "Resume from here" on her own job only. Before, another member's job
+offered them too, and each answered 403."""
+
+from __future__ import annotations
+
+import uuid
+
+from core.tables import Checkpoint
+from tests.support.rows import seed_job
+
+
+def _sign_in(new_page, web_service, token: str):
+    page = new_page(signed_in=False)
+    page.goto(f"{web_service.base}/login")
+    page.fill("#token", token)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{web_service.base}/")
+    return page
+
+
+def _job_page(page, web_service, job_id: int):
+    page.goto(f"{web_service.base}/jobs/{job_id}")
+    page.wait_for_selector("#checkpoints-body tr")
+    page.wait_for_function("document.querySelector('#job-facts').textContent.includes('submitted by')")
+    return page
+
+
+def test_a_member_is_offered_changes_to_her_own_jobs_only(new_page, web_service, db) -> None:
+    name = f"uma{uuid.uuid4().hex[:6]}"
+    with web_service.client() as admin:
+        made = admin.post("/api/users", json={"name": name, "role": "member"})
+        assert made.status_code == 201, made.text
+        uma_id, uma_token = made.json()["user"]["id"], made.json()["token"]["token"]
+    theirs = seed_job(db, "admins-job", runs_dir=web_service.runs_dir, total_steps=100)
+    mine = seed_job(db, "umas-job", runs_dir=web_service.runs_dir, total_steps=100)
+    theirs.owner_id, mine.owner_id = 1, uma_id
+    for job in (theirs, mine):
+        db.add(job)
+        db.add(Checkpoint(job_id=job.id, step=100, path="checkpoints/step_00000100.pt", bytes=3, sha256="a" * 64))
+    db.commit()
+
+    page = _sign_in(new_page, web_service, uma_token)
+    assert page.locator(".topbar .whoami").inner_text() == f"{name} · member"
+    _job_page(page, web_service, theirs.id)
+    assert page.locator("#archive-job").is_hidden()
+    assert page.get_by_role("link", name="Resume from checkpoint at step 100").count() == 0
+    assert page.locator("#clone-job").is_visible()  # a copy is her own job
+    _job_page(page, web_service, mine.id)
+    assert page.locator("#archive-job").is_visible()
+    assert page.get_by_role("link", name="Resume from checkpoint at step 100").is_visible()
