@@ -19,7 +19,7 @@ def _sign_in(new_page, web_service, token: str):
     return page
 
 
-def _job_page(page, web_service, job_id: int):
+def _job_page(page, web_service, job_id: int | None):
     page.goto(f"{web_service.base}/jobs/{job_id}")
     page.wait_for_selector("#checkpoints-body tr")
     page.wait_for_function("document.querySelector('#job-facts').textContent.includes('submitted by')")
