@@ -272,7 +272,7 @@ class Api:
         if r.status_code == 422:
             raise CliError("the server refused the request:\n" + _detail(r))
         if r.status_code >= 400:
-            raise CliError(f"{r.status_code} from {r.request.method} {r.request.url.path}: {_detail(r)}")
+            raise CliError(f"{r.status_code} from {r.request.method} {r.request.url.path}: {one_problem(_detail(r))}")
         return r
 
     def request(self, method: str, path: str, **kw: Any) -> Any:
@@ -319,6 +319,11 @@ class Api:
 
 # The API's advice names its routes; at the CLI the same advice is a command.
 REST_ADVICE_IN_CLI_WORDS = {"list jobs with GET /api/jobs": "list jobs with `rankzero jobs`"}
+
+
+def one_problem(detail: str) -> str:
+    """A detail of one problem on the error's own line (a list detail's item is indented for a list of them)."""
+    return detail.strip() if "\n" not in detail.strip() else "\n" + detail
 
 
 def in_cli_words(detail: str) -> str:

@@ -99,15 +99,15 @@ def users_list(url: UrlOpt = None, token: TokenOpt = None) -> None:
     table = Table(box=box.SIMPLE_HEAD)
     for col in ("id", "name", "role", "GPUs", "slots", "queued", "since"):
         table.add_column(col)
-    mark = lambda v: "default" if v is None else str(v)  # noqa: E731
     for u in rows:
-        quota = (
-            ["-"] * 3
-            if u["role"] == "admin"
-            else [mark(u["max_gpus"]), mark(u["max_cpu_slots"]), mark(u["max_queued"])]
-        )
+        quota = ["-"] * 3 if u["role"] == "admin" else quota_cells(u)
         table.add_row(str(u["id"]), u["name"], u["role"], *quota, local_time(u["created_at"], short=True))
     console.print(table)
+
+
+def quota_cells(user: dict[str, Any]) -> list[str]:
+    """A user's GPU, slot and queued quotas as set, "default" where unset (null: the member default)."""
+    return ["default" if user[k] is None else str(user[k]) for k in ("max_gpus", "max_cpu_slots", "max_queued")]
 
 
 @users_app.command("add")
@@ -136,9 +136,8 @@ def users_set(  # noqa: PLR0913 (one parameter per command-line option)
     if not body:
         fail("nothing to set: give --role or a --max-* option", code=2)
     u = call(lambda: client_for(url, token).request("PATCH", f"/users/{name}", json=body))
-    console.print(
-        f"user {u['name']}: {u['role']}, GPUs {u['max_gpus']}, slots {u['max_cpu_slots']}, queued {u['max_queued']}"
-    )
+    gpus, slots, queued = quota_cells(u)
+    console.print(f"user {u['name']}: {u['role']}, GPUs {gpus}, slots {slots}, queued {queued}", highlight=False)
 
 
 @tokens_app.command("list")

@@ -164,3 +164,22 @@ def test_the_apis_route_advice_reads_as_a_command(detail: str, said: str) -> Non
     from cli.client import in_cli_words
 
     assert in_cli_words(detail) == said
+
+
+def test_a_quota_left_unset_reads_default() -> None:
+    """`rankzero users set bob --max-queued 1` printed 'GPUs None' for the quota it left at the default."""
+    from cli.user_commands import quota_cells
+
+    assert quota_cells({"max_gpus": None, "max_cpu_slots": 1, "max_queued": 0}) == ["default", "1", "0"]
+
+
+@pytest.mark.parametrize(
+    ("detail", "said"),
+    [("  bob has 1 of 1 jobs queued (quota)", "bob has 1 of 1 jobs queued (quota)"),
+     ("  a: one\n  b: two", "\n  a: one\n  b: two"), ("plain", "plain")],
+)  # fmt: skip
+def test_a_refusals_one_problem_reads_on_the_errors_line(detail: str, said: str) -> None:
+    """A 429's list detail printed as 'error: 429 from POST /api/jobs:   bob has …' (its list indent)."""
+    from cli.client import one_problem
+
+    assert one_problem(detail) == said
