@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 from urllib.parse import quote
 
 import httpx
@@ -43,6 +43,7 @@ from core.settings import Settings
 from core.tables import Checkpoint, Job
 from trainer import checkpoint_files
 from trainer.run_dir import RunDir
+from worker import run_files
 
 log = logging.getLogger("rankzero.worker")
 CHUNK = 4 << 20
@@ -119,7 +120,11 @@ class Shipper:
 
     def _append(self, relative: str, path: Path) -> None:
         offset = self.state.offsets.get(relative, 0)
-        with open(path, "rb") as fh:
+        try:  # the link check in _files is not enough: the job may swap the file for a link since
+            fh = run_files.open_file(path, "rb", self.run.root)
+        except (FileNotFoundError, run_files.LinkRefused):
+            return
+        with fh:
             fh.seek(offset)
             data = fh.read(CHUNK)
             if not data and relative not in self.state.offsets:
@@ -169,10 +174,10 @@ class Shipper:
 
     def _upload(self, relative: str, path: Path, sha: str) -> None:
         try:
-            with open(path, "rb") as fh:
+            with run_files.open_file(path, "rb", self.run.root) as fh:  # never a link the job made meanwhile
                 r = self.client.post(_url(self.job_id, "files", relative), content=_chunks(fh),
                                      headers={"X-Content-SHA256": sha}, timeout=None)  # fmt: skip
-        except FileNotFoundError:
+        except (FileNotFoundError, run_files.LinkRefused):
             return
         if r.status_code == 400:
             log.warning("job %s: %s not kept by the store: %s", self.job_id, relative, r.text[:300])
@@ -222,7 +227,7 @@ class Shipper:
             self.client.close()
 
 
-def _chunks(fh: BinaryIO) -> Iterator[bytes]:
+def _chunks(fh: IO[bytes]) -> Iterator[bytes]:
     while data := fh.read(1 << 20):
         yield data
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import codecs
 import json
 import logging
-import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 from trainer.event_types import EventType
 from trainer.run_dir import RunDir
 from trainer.spec import JobSpec
+from worker import run_files
 from worker.console_metrics import ConsoleMetrics, Point, compile_patterns
 from worker.ingest import Ingestor, TimedMetric
 
@@ -41,7 +41,7 @@ LOSS_NAMES = ("train/loss", "train loss", "train_loss", "loss")
 def console_series(run: RunDir) -> list[str]:
     """The names a job's console gave series (empty when none, or the file is unreadable)."""
     try:
-        names = json.loads(run.console_series.read_text()).get("names", [])
+        names = json.loads(run_files.read_text(run.console_series, run.root, max_bytes=4 << 20)).get("names", [])
     except (OSError, ValueError, AttributeError):
         return []
     return [n for n in names if isinstance(n, str)]
@@ -50,7 +50,8 @@ def console_series(run: RunDir) -> list[str]:
 class _Stream:
     """One log file read from where the last call stopped, decoded without splitting a character."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: Path) -> None:
+        self.root = root  # the run dir: no link below it is followed
         self.path: Path | None = None
         self.offset = 0
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -62,7 +63,7 @@ class _Stream:
             self.path, self.offset = path, 0
             self.decoder.reset()
         try:
-            with open(path, "rb") as fh:
+            with run_files.open_file(path, "rb", self.root) as fh:
                 fh.seek(self.offset)
                 chunk = fh.read(READ_BYTES)
         except OSError:
@@ -79,7 +80,7 @@ class ConsoleFeed:
         patterns = compile_patterns(p.model_dump() for p in settings.patterns) if settings else []
         self.parser = ConsoleMetrics(defaults=settings.defaults if settings else True, patterns=patterns)
         self.enabled = spec.is_script and (self.parser.defaults or bool(patterns))
-        self.streams = {s: _Stream() for s in STREAMS}
+        self.streams = {s: _Stream(run.root) for s in STREAMS}
         self.held: list[tuple[float, Point]] = []  # (read at, point), oldest first
         self.claimed: set[str] = set()  # names the SDK or TensorBoard gave
         self.sdk_progress = False
@@ -151,9 +152,7 @@ class ConsoleFeed:
             return
         self.series |= names
         target = self.run.console_series
-        tmp = target.with_suffix(".tmp")
-        try:
-            tmp.write_text(json.dumps({"names": sorted(self.series)}))
-            os.replace(tmp, target)
+        try:  # never through a link the job made (console_series.json is in its run dir): worker/run_files.py
+            run_files.write_atomic(target, json.dumps({"names": sorted(self.series)}), self.run.root)
         except OSError:
             log.warning("%s: could not note the console's series", target)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainer.run_dir import RunDir
+from worker import run_files
 
 TRACEBACK_LINES = 30
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):(.*?)(?:={10,}|\Z)", re.S)
@@ -26,6 +27,7 @@ _SDK_NOTE = "rankzero: "
 # What torchrun's summary says when the rank wrote no error file (a script without @record).
 _NO_ERROR_FILE = ("To enable traceback", "a rank failed")
 STDERR_READ_BYTES = 64 << 10
+MAX_READ_BYTES = 4 << 20  # an error file or launcher log read whole: never more than this
 
 
 @dataclass
@@ -50,9 +52,17 @@ def _tail(text: str, n: int = TRACEBACK_LINES) -> list[str]:
     return [line for line in text.strip().splitlines() if line.strip()][-n:]
 
 
-def _from_error_json(path: Path) -> Failure | None:
+def _read_tail(path: Path, root: Path, limit: int = MAX_READ_BYTES) -> str:
+    """The last `limit` bytes of a file of the run dir (a link the job made there is not followed: it could
+    name the worker's own /proc/self/environ, and what is read here becomes the job's error)."""
+    with run_files.open_file(path, "rb", root) as fh:
+        fh.seek(max(0, fh.seek(0, 2) - limit))
+        return fh.read().decode(errors="replace")
+
+
+def _from_error_json(path: Path, root: Path) -> Failure | None:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(run_files.read_text(path, root, errors="strict", max_bytes=MAX_READ_BYTES))
     except (OSError, ValueError):
         return None
     msg = data.get("message", data)
@@ -68,9 +78,9 @@ def _from_error_json(path: Path) -> Failure | None:
     )
 
 
-def _from_launcher_log(path: Path) -> Failure | None:
+def _from_launcher_log(path: Path, root: Path) -> Failure | None:
     try:
-        text = path.read_text(errors="replace")
+        text = _read_tail(path, root)
     except OSError:
         return None
     found = _ROOT_CAUSE.search(text)
@@ -93,9 +103,7 @@ def _rank_stderr_lines(run: RunDir, attempt: int, rank: int | None) -> list[str]
     if log is None:
         return []
     try:
-        with open(log, "rb") as fh:
-            fh.seek(max(0, log.stat().st_size - STDERR_READ_BYTES))
-            text = fh.read().decode(errors="replace")
+        text = _read_tail(log, run.root, STDERR_READ_BYTES)
     except OSError:
         return []
     return [_RANK_PREFIX.sub("", line) for line in text.splitlines()]
@@ -133,9 +141,9 @@ def _explain_from_stderr(failure: Failure, lines: list[str]) -> None:
 
 def diagnose(run: RunDir, attempt: int, launcher_log: Path, exit_code: int | None) -> Failure:
     """The best account of why an attempt failed, for the job's error columns."""
-    summary = _from_launcher_log(launcher_log)
+    summary = _from_launcher_log(launcher_log, run.root)
     files = run.error_files(attempt)
-    detail = _from_error_json(files[0]) if files else None  # the first written is the root cause
+    detail = _from_error_json(files[0], run.root) if files else None  # the first written is the root cause
     if detail is not None:
         if summary is not None:
             detail.exit_code = summary.exit_code
@@ -144,5 +152,8 @@ def diagnose(run: RunDir, attempt: int, launcher_log: Path, exit_code: int | Non
     if summary is not None:
         _explain_from_stderr(summary, _rank_stderr_lines(run, attempt, summary.rank))
         return summary
-    tail = _tail(launcher_log.read_text(errors="replace")) if launcher_log.exists() else []
+    try:
+        tail = _tail(_read_tail(launcher_log, run.root))
+    except OSError:
+        tail = []
     return Failure(message=f"torchrun exited with code {exit_code}", exit_code=exit_code, traceback=tail[-10:])

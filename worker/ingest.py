@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import json.scanner
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +40,9 @@ from trainer.event_types import (
     Stopped,
 )
 from trainer.run_dir import CHECKPOINT_NAME
+from worker import run_files
+
+log = logging.getLogger("rankzero.worker")
 
 BATCH = 20_000  # events per transaction
 COPY_THRESHOLD = 500  # PostgreSQL: from this many points on, COPY beats INSERT … VALUES
@@ -80,10 +84,13 @@ class EventTail:
 
     def read(self, max_bytes: int = 8 << 20) -> list[dict[str, Any]]:
         try:
-            with open(self.path, "rb") as fh:
+            with run_files.open_file(self.path, "rb", self.path.parent) as fh:  # a link the job made: not read
                 fh.seek(self.offset)
                 chunk = fh.read(max_bytes)
         except FileNotFoundError:
+            return []
+        except run_files.LinkRefused:
+            log.warning("%s is a link or not a regular file: not read (the job made it)", self.path)
             return []
         self.offset += len(chunk)
         data = self._partial + chunk

@@ -10,8 +10,10 @@ Every attempt runs in a sandbox (worker/sandbox.py) unless RANKZERO_SANDBOX=off.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
+import logging
 import os
 import random
 import signal
@@ -30,10 +32,11 @@ from rankzero.env import JobEnv
 from trainer.data.download import FETCHED_ENV, wants_download
 from trainer.entrypoint import Entrypoint, parse_entrypoint
 from trainer.run_dir import RunDir
-from worker import rank_network, sandbox
+from worker import rank_network, run_files, sandbox
 from worker.bundles import cache_dir, pythonpath_first
 from worker.script_jobs import entrypoint_values, script_job_env, script_workdir
 
+log = logging.getLogger("rankzero.worker")
 MARK_ENV = "RANKZERO_JOB_MARK"  # every rank inherits it: lets us find ranks torchrun put in new sessions
 
 
@@ -304,17 +307,15 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
     topo = nproc if isinstance(nproc, Topology) else Topology(nproc=nproc)
     settings = settings if settings is not None else get_settings()
     run.root.mkdir(parents=True, exist_ok=True)
-    run.checkpoints.mkdir(exist_ok=True)
-    run.tensorboard.mkdir(exist_ok=True)
+    run_files.make_dirs(run.checkpoints, run.root)  # the job's links below its run dir are never followed
+    run_files.make_dirs(run.tensorboard, run.root)
     entry = parse_entrypoint(spec["entrypoint"]) if spec.get("entrypoint") else None
     cwd = script_workdir(run, entry, code_dir) if entry is not None else run.root
     entry = entry.expanded(entrypoint_values(run, job_id, settings)) if entry is not None else None
     log_dir = node_log_dir(run, attempt, topo.node_rank)
-    log_dir.mkdir(parents=True, exist_ok=True)
+    run_files.make_dirs(log_dir, run.root)
     if topo.node_rank == 0:
-        tmp = run.spec.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(spec, indent=2))
-        tmp.replace(run.spec)
+        run_files.write_atomic(run.spec, json.dumps(spec, indent=2), run.root)
     sandboxed = settings.sandbox == "on"
     host_network = topo.several or needs_network(spec, settings)
     port = SANDBOXED_MASTER_PORT if sandboxed and not host_network else free_port()
@@ -333,7 +334,7 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
         env["VIRTUAL_ENV"] = str(environment)
     guarded = [str(settings.cancel_grace_s), *build_command(run, job_id, attempt, topo, port, entry, python)]
     if not sandboxed:
-        with open(launcher_log, "ab") as out:
+        with run_files.open_file(launcher_log, "ab", run.root) as out:
             out.write(f"rankzero: warning: {sandbox.NOT_ISOLATED}\n".encode())
             out.flush()
             proc = subprocess.Popen(
@@ -350,24 +351,29 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
     if wants_download(spec):  # the job sees the datasets dir read-only: the worker downloads first
         prefetch_data(run, launcher_log, settings, keep_alive)
         env[FETCHED_ENV] = "1"
-    box = sandbox.prepare(
-        sandbox_view(
-            run,
-            cwd,
-            code_dir,
-            settings,
-            env,
-            host_network=host_network,
-            inputs=resume_input(spec, settings),
-            environment=environment,
-        ),  # fmt: skip
-        mark,
-        memory_limit_mb(spec, settings),
-        settings.sandbox_pids_max,
-    )
+    input_fds = open_inputs(resume_input(spec, settings), settings)
+    try:
+        box = sandbox.prepare(
+            sandbox_view(
+                run,
+                cwd,
+                code_dir,
+                settings,
+                env,
+                host_network=host_network,
+                input_fds=input_fds,
+                environment=environment,
+            ),  # fmt: skip
+            mark,
+            memory_limit_mb(spec, settings),
+            settings.sandbox_pids_max,
+        )
+    except BaseException:
+        _close(input_fds)
+        raise
     env["HOME"] = env["TMPDIR"] = sandbox.SANDBOX_TMP  # the worker's own are not in the job's view
     try:
-        with open(launcher_log, "ab") as out:
+        with run_files.open_file(launcher_log, "ab", run.root) as out:
             proc = subprocess.Popen(
                 box.command([*guard_command("worker.sandbox_guard"), str(box.watch_read), *guarded]),
                 stdin=subprocess.DEVNULL,
@@ -377,12 +383,14 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
                 cwd=cwd,
                 start_new_session=True,  # its own process group: a signal to the group reaches torchrun, never us
                 preexec_fn=box.preexec(),
-                pass_fds=(box.watch_read,),
+                pass_fds=(box.watch_read, *(fd for fd, _ in input_fds)),
             )
     except BaseException:
         box.started(None)
         sandbox.end(mark)
         raise
+    finally:
+        _close(input_fds)
     box.started(proc)
     return Launched(proc=proc, mark=mark, port=port, log_dir=log_dir, launcher_log=launcher_log)
 
@@ -397,7 +405,7 @@ def prefetch_data(run: RunDir, log_path: Path, settings: Settings, keep_alive: C
     startup_timeout_s. Its output goes to the attempt's launcher log."""
     env = rank_env("prefetch", None, settings)
     deadline = time.monotonic() + settings.startup_timeout_s
-    with open(log_path, "ab") as out:
+    with run_files.open_file(log_path, "ab", run.root) as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "trainer.data.prefetch", str(run.spec)],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=run.root,
@@ -419,13 +427,13 @@ def prefetch_data(run: RunDir, log_path: Path, settings: Settings, keep_alive: C
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     if code != 0:
-        said = _last_rankzero_line(log_path)
+        said = _last_rankzero_line(log_path, run.root)
         raise DataFetchFailed(f"the worker could not download the data set: {said or f'exit {code}'}")
 
 
-def _last_rankzero_line(path: Path) -> str | None:
+def _last_rankzero_line(path: Path, root: Path) -> str | None:
     try:
-        with open(path, "rb") as fh:
+        with run_files.open_file(path, "rb", root) as fh:
             fh.seek(max(0, fh.seek(0, os.SEEK_END) - 16384))
             lines = fh.read().decode(errors="replace").splitlines()
     except OSError:
@@ -461,6 +469,25 @@ def resume_input(spec: dict, settings: Settings) -> tuple[Path, ...]:
     return (path,) if inside and path.is_file() else ()
 
 
+def open_inputs(paths: tuple[Path, ...], settings: Settings) -> tuple[tuple[int, Path], ...]:
+    """Each input opened read-only from the runs dir down with no link followed (worker/run_files.py), for bwrap
+    to bind by descriptor: resume_input's check and the mount then see the same file, whatever the job that
+    owns it does to its run dir meanwhile. One that is now a link is not shown (the trainer says it is missing)."""
+    opened: list[tuple[int, Path]] = []
+    for path in paths:
+        try:
+            opened.append((run_files.open_fd(path, os.O_RDONLY, settings.resolved_runs_dir), path))
+        except OSError as exc:
+            log.warning("resume_from %s is not shown to the job: %s", path, exc)
+    return tuple(opened)
+
+
+def _close(fds: tuple[tuple[int, Path], ...]) -> None:
+    for fd, _ in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
 def sandbox_view(  # noqa: PLR0913 (one parameter per part of the view)
     run: RunDir,
     cwd: Path,
@@ -470,6 +497,7 @@ def sandbox_view(  # noqa: PLR0913 (one parameter per part of the view)
     *,
     host_network: bool,
     inputs: tuple[Path, ...] = (),
+    input_fds: tuple[tuple[int, Path], ...] = (),
     environment: Path | None = None,
 ) -> sandbox.View:
     """What the attempt sees (worker/sandbox.py): its run dir, its bundle, the data sets, the runtime."""
@@ -489,6 +517,7 @@ def sandbox_view(  # noqa: PLR0913 (one parameter per part of the view)
             settings.resolved_environment_dir,
         ),  # fmt: skip
         inputs=inputs,
+        input_fds=input_fds,
         environment_dir=environment.resolve() if environment is not None else None,
         host_network=host_network,
         devices=sandbox.gpu_devices(),
@@ -501,11 +530,12 @@ def sandbox_view(  # noqa: PLR0913 (one parameter per part of the view)
 PORT_TAKEN_WORDS = ("EADDRINUSE", "Address already in use", "address already in use")
 
 
-def port_taken(launcher_log: Path) -> bool:
+def port_taken(launcher_log: Path, root: Path | None = None) -> bool:
     """Did this attempt fail because its rendezvous port was taken by another process (not the job's
-    fault: the supervisor retries on a fresh port without counting it against max_restarts)?"""
+    fault: the supervisor retries on a fresh port without counting it against max_restarts)? `root`: the run
+    dir, below which no link the job made is followed (default: the log's folder)."""
     try:
-        with open(launcher_log, "rb") as fh:
+        with run_files.open_file(launcher_log, "rb", root or launcher_log.parent) as fh:
             fh.seek(max(0, fh.seek(0, os.SEEK_END) - 65536))
             tail = fh.read().decode(errors="replace")
     except OSError:

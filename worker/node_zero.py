@@ -373,7 +373,9 @@ def _decide(a: Attempt, watch: Watcher, ended: Ended) -> Outcome:
         else None,
         peer_lost=_peer_lost_during(a) if may_restart(ended, finished) else None,
         preempt_for=jobs.live_view(a.engine, a.job_id)[2] if ended.stopped_for is StopReason.preempt else None,
-        port_taken=a.layout.nnodes > 1 and failed_on_its_own(ended, finished) and port_taken(a.launcher_log),
+        port_taken=a.layout.nnodes > 1
+        and failed_on_its_own(ended, finished)
+        and port_taken(a.launcher_log, a.run.root),
     )
     _give_up(a, ended.note if ended.stopped_for is StopReason.host_lost else facts.peer_lost)
     standing = _standing(a, ports_taken=_ports_taken_before(a) if facts.port_taken else 0)

@@ -71,6 +71,9 @@ class View:
     runtime_dirs: tuple[Path, ...] = ()  # read-only: the Python environment, the service's code
     hidden: tuple[Path, ...] = ()  # masked wherever a read-only bind would show them (data dir, runs dir)
     inputs: tuple[Path, ...] = ()  # read-only files from outside its run dir (the checkpoint it resumes from)
+    # The same, as descriptors opened with no link followed (worker/run_files.py): bound by descriptor, so
+    # another job cannot swap a folder of the path for a link between the worker's check and bwrap's mount.
+    input_fds: tuple[tuple[int, Path], ...] = ()
     environment_dir: Path | None = None  # read-only: the job's own packages (worker/environments/, a shared cache)
     host_network: bool = False  # False: a network namespace with loopback only
     devices: tuple[Path, ...] = ()  # GPU device nodes
@@ -119,6 +122,7 @@ def _mount_args(view: View) -> list[str]:
     if view.code_dir is not None:
         args += ["--ro-bind", str(view.code_dir), str(view.code_dir)]
     args += [a for f in view.inputs for a in ("--ro-bind", str(f), str(f))]
+    args += [a for fd, f in view.input_fds for a in ("--ro-bind-fd", str(fd), str(f))]
     if view.environment_dir is not None:  # after the masks: it lies in the (hidden) data dir
         args += ["--ro-bind", str(view.environment_dir), str(view.environment_dir)]
     return [*args, "--bind", str(view.run_dir), str(view.run_dir)]

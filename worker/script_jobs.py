@@ -10,6 +10,7 @@ the job and across its restarts, instead of failing on the read-only bundle.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from core.settings import Settings
 from rankzero import env
 from trainer.entrypoint import Entrypoint
 from trainer.run_dir import RunDir
+from worker import run_files
 
 
 def entrypoint_values(run: RunDir, job_id: int, settings: Settings) -> dict[str, str]:
@@ -62,16 +64,24 @@ def script_workdir(run: RunDir, entry: Entrypoint, code_dir: Path | None) -> Pat
         raise FileNotFoundError("a script job runs inside its code bundle, and this job has none (spec `code`)")
     _check_script(entry, code_dir)
     work = run.work
-    work.mkdir(parents=True, exist_ok=True)
-    for item in sorted(code_dir.iterdir()):
-        link = work / item.name
-        if link.is_symlink():
-            if os.readlink(link) == str(item):
-                continue
-            link.unlink()  # a link from another host's cache folder, say
-        elif link.exists():
-            continue  # the script wrote a file of that name itself: it is the script's
-        link.symlink_to(item)
+    # The job may have made `work` (or a name in it) a link: every name is handled in the folder's descriptor,
+    # opened without following one, or the worker would make and remove links wherever the job points.
+    folder = run_files.open_dir(work, run.root)
+    try:
+        for item in sorted(code_dir.iterdir()):
+            try:
+                st = os.stat(item.name, dir_fd=folder, follow_symlinks=False)
+            except FileNotFoundError:
+                st = None
+            if st is not None and stat.S_ISLNK(st.st_mode):
+                if os.readlink(item.name, dir_fd=folder) == str(item):
+                    continue
+                os.unlink(item.name, dir_fd=folder)  # a link from another host's cache folder, say
+            elif st is not None:
+                continue  # the script wrote a file of that name itself: it is the script's
+            os.symlink(item, item.name, dir_fd=folder)
+    finally:
+        os.close(folder)
     return work
 
 

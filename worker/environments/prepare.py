@@ -37,6 +37,7 @@ from core import jobs
 from core.settings import Settings
 from trainer.run_dir import RunDir
 from trainer.spec import EnvironmentSpec
+from worker import run_files
 from worker.environments import cache, lock, record, requirements, uv
 
 log = logging.getLogger("rankzero.worker")
@@ -243,15 +244,19 @@ def _lock_for(  # noqa: PLR0913
         earlier = _resumed_job(spec) or record.sweep_source(engine, job_id)
         found = record.reusable_lock(engine, ihash, base.python, base.torch, settings.environment_reuse_s, earlier)
         if found is not None:
-            _say(log_path, "rankzero: the same requirements were resolved for an earlier job: its lock is reused")
+            _say(
+                settings,
+                log_path,
+                "rankzero: the same requirements were resolved for an earlier job: its lock is reused",
+            )
         resolved = found if found is not None else resolve_lock(settings, reqs, own_torch, base, log_path, tick)
     pins = lock.parse(resolved)
     packages = [{"name": p.name, "version": p.version} for p in pins]
     return record.save_lock(engine, job_id, resolved, packages, own_torch, base.python, base.torch)
 
 
-def _say(log_path: Path, line: str) -> None:
-    with open(log_path, "a") as out:
+def _say(settings: Settings, log_path: Path, line: str) -> None:
+    with run_files.open_file(log_path, "a", settings.resolved_runs_dir) as out:
         out.write(f"{line}\n")
 
 
@@ -276,10 +281,10 @@ def _carried_lock(  # noqa: PLR0913
             "deleted): remove lock_from from the spec to resolve the requirements afresh"
         )
     if row.input_hash == ihash:
-        _say(log_path, f"rankzero: installing the lock of job {source} (environment.lock_from), unchanged")
+        _say(settings, log_path, f"rankzero: installing the lock of job {source} (environment.lock_from), unchanged")
         return row.lock
-    _say(log_path, f"rankzero: the requirements differ from job {source}'s: resolving them, preferring its locked "
-                   "versions (environment.lock_from)")  # fmt: skip
+    _say(settings, log_path, f"rankzero: the requirements differ from job {source}'s: resolving them, preferring "
+                             "its locked versions (environment.lock_from)")  # fmt: skip
     return resolve_lock(settings, reqs, own_torch, base, log_path, tick, prefer=row.lock)
 
 
@@ -331,7 +336,7 @@ def _ensure(
                 _build(settings, root, key, install, base, log_path, tick)
     cache.touch(root, key)
     if cached:
-        with open(log_path, "a") as out:
+        with run_files.open_file(log_path, "a", settings.resolved_runs_dir) as out:
             out.write(f"rankzero: environment {key[:12]} found in this host's cache ({len(pins)} packages)\n")
     return Ready(cache.python_of(root, key), cache.entry_dir(root, key), key, len(pins), len(install), cached,
                  time.monotonic() - start)  # fmt: skip
@@ -361,7 +366,7 @@ def _build(  # noqa: PLR0913
                    settings, log_path, tick, root, timeout)  # fmt: skip
             uv.compile_bytecode(site_packages, settings, log_path, tick, timeout)  # never by the entry's python
         size = cache.publish(root, key, tmp, {"packages": len(install), "python": base.python, "torch": base.torch})
-        with open(log_path, "a") as out:
+        with run_files.open_file(log_path, "a", settings.resolved_runs_dir) as out:
             out.write(f"rankzero: environment {key[:12]} built: {len(install)} packages of its own, "
                       f"{size / 1e6:.1f} MB\n")  # fmt: skip
     finally:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from core.settings import Settings
+from worker import run_files
 from worker.environments import cache
 
 MAX_HEADLINE_CHARS = 2000
@@ -94,8 +95,9 @@ def run(  # noqa: PLR0913 (the program and whether its failure counts are for co
     home = settings.resolved_environment_dir / ".uv-home"
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
     env = uv_env(settings.resolved_environment_dir / cache.UV_CACHE, home)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out, cache.uv_cache_in_use(settings.resolved_environment_dir, tick):
+    runs = settings.resolved_runs_dir  # the log is in a run dir: no link the job made there is followed
+    run_files.make_dirs(log.parent, runs)
+    with run_files.open_file(log, "ab", runs) as out, cache.uv_cache_in_use(settings.resolved_environment_dir, tick):
         start = out.tell()
         out.write(f"$ {'uv' if program is None else Path(program).name} {' '.join(argv)}\n".encode())
         out.flush()
@@ -111,6 +113,6 @@ def run(  # noqa: PLR0913 (the program and whether its failure counts are for co
                 raise UvFailed(f"uv ran past RANKZERO_ENVIRONMENT_BUILD_TIMEOUT_S ({timeout_s:.0f} s) and was stopped")
             time.sleep(0.05)
     if proc.returncode != 0 and check:
-        with open(log, "rb") as fh:
+        with run_files.open_file(log, "rb", runs) as fh:
             fh.seek(start)
             raise UvFailed(headline(fh.read(200_000).decode(errors="replace")))
