@@ -196,6 +196,10 @@ def assert_ended_resumed_exact(run: Stopped, name: str, tmp: Path) -> Job:
     started = [e for e in events(agent, job.id or 0) if e["type"] == "started"]
     assert len(started) == 2 and started[-1].get("resumed_from"), started
     assert_same_weights(final_checkpoint(agent, job.id or 0, spec["max_steps"]), reference_weights(spec, tmp))
+    # Every rank of the resumed attempt exited 0: none died in process-group teardown after `finished` (gloo's
+    # abort, exit 134: the job would still succeed, worker/slurm/agent.py `ending`, but rank.py's exit_now prevents it).
+    batch = (run_dir(agent.settings, job.id or 0) / "logs" / "slurm_batch.log").read_text()
+    assert [line for line in batch.splitlines() if "ranks exited" in line][-1].strip() == "rankzero: ranks exited 0"
     return job
 
 
