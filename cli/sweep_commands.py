@@ -98,9 +98,12 @@ def sweeps(
     """List sweeps, newest first, with their best trial."""
     client = client_for(url, token)
     page = call(lambda: client.get("/sweeps", limit=limit))
+    from rich import box
     from rich.table import Table
 
-    table = Table("id", "name", "status", "method", "metric", "trials", "best job", "best")
+    # The look of every other list (rankzero jobs, users): a rule under the header, no grid.
+    table = Table("id", "name", "status", "method", "metric", "trials", "best job", "best",
+                  box=box.SIMPLE_HEAD, pad_edge=False)  # fmt: skip
     for s in page["sweeps"]:
         table.add_row(
             str(s["id"]),
@@ -133,11 +136,12 @@ def _show(detail: dict[str, Any]) -> None:
 
 def trials_table(detail: dict[str, Any]) -> "Table":
     """One row per trial, best first (the API's order), the best marked with ★; one column per parameter."""
+    from rich import box
     from rich.table import Table
     from rich.text import Text
 
     params = list(detail["parameters"])
-    table = Table("", "trial", "job", "status", *params, "final", "best", "step")
+    table = Table("", "trial", "job", "status", *params, "final", "best", "step", box=box.SIMPLE_HEAD, pad_edge=False)
     for t in detail["trials"]:
         values = [
             views.number(t["params"].get(p)) if not isinstance(t["params"].get(p), str) else views.text(t["params"][p])

@@ -183,3 +183,13 @@ def test_a_refusals_one_problem_reads_on_the_errors_line(detail: str, said: str)
     from cli.client import one_problem
 
     assert one_problem(detail) == said
+
+
+def test_a_sweeps_trials_table_shows_whole_parameter_names_at_80_columns() -> None:
+    """The grid-boxed trials table cut `optimizer.lr` to 'optimizer…' at 80 columns."""
+    from cli.sweep_commands import trials_table
+
+    trial = {"number": 0, "job_id": 12, "status": "succeeded", "is_best": True, "final": 2.277, "best": 2.277,
+             "step": 30, "params": {"optimizer.lr": 0.01072, "batch_size": 16}}  # fmt: skip
+    out = _printed(trials_table({"parameters": ["optimizer.lr", "batch_size"], "trials": [trial]}))
+    assert "optimizer.lr" in out and "batch_size" in out and "0.01072" in out, out
