@@ -523,6 +523,7 @@ def sandbox_view(  # noqa: PLR0913 (one parameter per part of the view)
         devices=sandbox.gpu_devices(),
         as_root=os.geteuid() == 0,
         system=sandbox.system_dirs(),
+        masked=sandbox.secret_paths(),
     )
 
 

@@ -43,6 +43,21 @@ log = logging.getLogger(__name__)
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
 SANDBOX_TMP = "/tmp"  # private tmpfs; also the ranks' $HOME (the real one is not in the view)
+# Secrets of the host inside the system dirs shown read-only: masked (a file by /dev/null, a folder by an empty
+# tmpfs). A worker that runs as root (a container, this service's compose) runs its jobs as uid 0 without
+# capabilities, and uid 0 owns these files: before, a job read /etc/shadow, and would have read the
+# systemd unit's settings (deploy/rankzero.service: /etc/rankzero/env, the token and database URL).
+SECRET_SYSTEM_PATHS = (
+    "/etc/rankzero",
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/ssl/private",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+)
+SECRET_SYSTEM_GLOBS = ("/etc/ssh/ssh_host_*key",)
 NOT_ISOLATED = (
     "this job is not isolated: the worker runs with RANKZERO_SANDBOX=off, so the job's code can read the "
     "worker's files and secrets and reach its ports (docs/security.md)"
@@ -79,6 +94,7 @@ class View:
     devices: tuple[Path, ...] = ()  # GPU device nodes
     as_root: bool = True  # False: a user namespace too
     system: tuple[tuple[str, str | None], ...] = field(default=())  # (path, symlink target or None)
+    masked: tuple[tuple[str, bool], ...] = ()  # (path, is a folder): host secrets in the system dirs, hidden
 
 
 def _under(path: Path, base: Path) -> bool:
@@ -110,6 +126,8 @@ def _mount_args(view: View) -> list[str]:
     for path, target in view.system:
         args += ["--symlink", target, path] if target is not None else ["--ro-bind", path, path]
         shown += [Path(path)] if target is None else []
+    for path, is_dir in view.masked:
+        args += ["--tmpfs", path] if is_dir else ["--ro-bind", "/dev/null", path]
     args += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", "/sys", "/sys", "--tmpfs", SANDBOX_TMP]
     for d in view.runtime_dirs:
         args += ["--ro-bind", str(d), str(d)]
@@ -138,6 +156,15 @@ def system_dirs(names: Iterable[str] = SYSTEM_DIRS) -> tuple[tuple[str, str | No
         elif p.is_dir():
             found.append((name, None))
     return tuple(found)
+
+
+def secret_paths(
+    names: Iterable[str] = SECRET_SYSTEM_PATHS, globs: Iterable[str] = SECRET_SYSTEM_GLOBS
+) -> tuple[tuple[str, bool], ...]:
+    """The host's secrets (SECRET_SYSTEM_PATHS, SECRET_SYSTEM_GLOBS) that exist here, each with whether it is a
+    folder; a link is left alone (its target, if a secret, is one of the names)."""
+    found = [Path(n) for n in names] + [p for g in globs for p in sorted(Path("/").glob(g.lstrip("/")))]
+    return tuple((str(p), p.is_dir()) for p in found if p.exists() and not p.is_symlink())
 
 
 def gpu_devices() -> tuple[Path, ...]:
