@@ -262,11 +262,7 @@ class Api:
 
     def _check(self, r: httpx.Response) -> httpx.Response:
         if r.status_code == 401:
-            source = f" from {self.instance.token_from}" if self.instance else ""
-            raise CliError(
-                f"the API at {self.url} rejected the token{source}: pass --token or set RANKZERO_API_TOKEN "
-                "(`rankzero up` prints it), or set RANKZERO_DATA_DIR to the server's data dir"
-            )
+            raise CliError(rejected_token(self.url, self.instance.token_from if self.instance else None))
         if r.status_code == 404:
             raise CliError(in_cli_words(_detail(r)) or f"not found: {r.request.url.path}")
         if r.status_code == 422:
@@ -319,6 +315,18 @@ class Api:
 
 # The API's advice names its routes; at the CLI the same advice is a command.
 REST_ADVICE_IN_CLI_WORDS = {"list jobs with GET /api/jobs": "list jobs with `rankzero jobs`"}
+
+
+def rejected_token(url: str, token_from: str | None) -> str:
+    """What to do about a 401: a saved profile's token was most likely revoked (a user's own token: a new one
+    from an admin); a server token is the one `rankzero up` prints, or the data dir's."""
+    source = f" from {token_from}" if token_from else ""
+    said = f"the API at {url} rejected the token{source} (invalid or revoked)"
+    if token_from and token_from.startswith("profile "):
+        return (f"{said}: ask an admin for a new token (`rankzero tokens add USER NAME`), then "
+                f"`rankzero login {url}` with it")  # fmt: skip
+    return (f"{said}: pass --token or set RANKZERO_API_TOKEN (`rankzero up` prints the server's; a user's own "
+            f"token: `rankzero login {url}`), or set RANKZERO_DATA_DIR to the server's data dir")  # fmt: skip
 
 
 def one_problem(detail: str) -> str:

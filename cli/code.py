@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from cli.client import Api, CliError, _detail
+from cli.client import Api, CliError, _detail, rejected_token
 from core import bundles
 from core.bundles import excluded as left_out
 from core.bundles.include import Includes
@@ -52,7 +52,7 @@ def _stored(api: Api, sha256: str) -> bool:
     except httpx.TransportError as exc:
         raise CliError(f"cannot reach the API at {api.url} ({exc}): is it running?") from None
     if r.status_code == 401:
-        raise CliError("the API rejected the token: pass --token or set RANKZERO_API_TOKEN")
+        raise CliError(rejected_token(api.url, api.instance.token_from if api.instance else None))
     return r.status_code == 200
 
 
@@ -78,7 +78,7 @@ def _upload(api: Api, packed: bundles.Packed, console: Console) -> None:
         except httpx.TransportError as exc:
             raise CliError(f"uploading the code bundle to {api.url} failed ({exc}); try again") from None
     if r.status_code == 401:
-        raise CliError("the API rejected the token: pass --token or set RANKZERO_API_TOKEN")
+        raise CliError(rejected_token(api.url, api.instance.token_from if api.instance else None))
     if r.status_code not in (200, 201):
         raise CliError(f"the server refused the code bundle ({r.status_code}): {_detail(r)}\nlargest: {packed.largest}")
 

@@ -193,3 +193,17 @@ def test_a_sweeps_trials_table_shows_whole_parameter_names_at_80_columns() -> No
              "step": 30, "params": {"optimizer.lr": 0.01072, "batch_size": 16}}  # fmt: skip
     out = _printed(trials_table({"parameters": ["optimizer.lr", "batch_size"], "trials": [trial]}))
     assert "optimizer.lr" in out and "batch_size" in out and "0.01072" in out, out
+
+
+@pytest.mark.parametrize(
+    ("token_from", "says"),
+    [("profile default", "`rankzero login http://h:1` with it"),
+     ("--token / RANKZERO_API_TOKEN", "`rankzero up` prints"), (None, "RANKZERO_DATA_DIR")],
+)  # fmt: skip
+def test_a_rejected_token_says_what_to_do_where_it_came_from(token_from: str | None, says: str) -> None:
+    """A member whose saved token was revoked was told to set RANKZERO_DATA_DIR to the server's data dir."""
+    from cli.client import rejected_token
+
+    said = rejected_token("http://h:1", token_from)
+    assert says in said and "revoked" in said
+    assert ("RANKZERO_DATA_DIR" in said) == (token_from is None or not token_from.startswith("profile"))
