@@ -21,7 +21,7 @@ import typer
 # so `rankzero --help` and a command's start stay cheap (issue 29; tests/perf/test_cli_imports.py).
 from cli import views
 from cli.app import TokenOpt, UrlOpt, app, call, client_for, console, err, fail
-from cli.client import Api
+from cli.client import Api, CliError
 from cli.terminal import for_output
 from trainer.spec_text import SpecTextError, load_spec_text
 
@@ -411,6 +411,14 @@ def metrics(
             console.print(table)
 
 
+def resume_refused(message: str, job_id: int) -> str:
+    """The server's refusal of a resume; a 403 (another member's job) also says what she can do instead."""
+    if message.startswith("403 "):
+        return (f"{message}\n  `rankzero clone {job_id}` trains a copy of it from the start as your own job; "
+                f"`rankzero download {job_id}` gets its checkpoint")  # fmt: skip
+    return message
+
+
 @app.command()
 def resume(
     job_id: int,
@@ -447,7 +455,10 @@ def resume(
         resume_from=f"{_run_dir_name(job_id)}/{ckpt['path']}",
         max_steps=max_steps,
     )
-    new = call(lambda: client.post("/jobs", json=spec))
+    try:
+        new = client.post("/jobs", json=spec)
+    except CliError as exc:
+        fail(resume_refused(str(exc), job_id))
     _print_queued(new, f"\n  from job {job_id}'s checkpoint at step {ckpt['step']:,}: {how}")
     if follow_job:
         _follow_to_end(client, new["id"])

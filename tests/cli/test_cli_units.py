@@ -207,3 +207,15 @@ def test_a_rejected_token_says_what_to_do_where_it_came_from(token_from: str | N
     said = rejected_token("http://h:1", token_from)
     assert says in said and "revoked" in said
     assert ("RANKZERO_DATA_DIR" in said) == (token_from is None or not token_from.startswith("profile"))
+
+
+def test_a_refused_resume_of_anothers_job_points_to_clone() -> None:
+    """`rankzero resume 1` by a member who does not own job 1 ended at the 403 with nothing to do instead."""
+    from cli.job_commands import resume_refused
+
+    refused = "403 from POST /api/jobs: resuming job 1 needs role admin (or being its owner); alice is member"
+    assert "`rankzero clone 1` trains a copy of it from the start as your own job" in resume_refused(refused, 1)
+    assert (
+        resume_refused("the server refused the request:\n  max_steps: …", 1)
+        == "the server refused the request:\n  max_steps: …"
+    )
