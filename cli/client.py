@@ -266,7 +266,8 @@ class Api:
         if r.status_code == 404:
             raise CliError(in_cli_words(_detail(r)) or f"not found: {r.request.url.path}")
         if r.status_code == 422:
-            raise CliError("the server refused the request:\n" + _detail(r))
+            is_spec = r.request.method == "POST" and r.request.url.path.endswith("/api/jobs")
+            raise CliError("the server refused the request:\n" + _detail(r, spec_hints=is_spec))
         if r.status_code >= 400:
             raise CliError(f"{r.status_code} from {r.request.method} {r.request.url.path}: {one_problem(_detail(r))}")
         return r
@@ -340,19 +341,54 @@ def in_cli_words(detail: str) -> str:
     return detail
 
 
-def _detail(r: httpx.Response) -> str:
+def _detail(r: httpx.Response, *, spec_hints: bool = False) -> str:
     try:
         body = r.json()
     except ValueError:
         return r.text[:500]
     detail = body.get("detail", body) if isinstance(body, dict) else body
     if isinstance(detail, list):
-        return "\n".join(_problem(d) for d in detail if isinstance(d, dict))
+        return "\n".join(_problem(d, spec_hints=spec_hints) for d in detail if isinstance(d, dict))
     return str(detail)
 
 
-def _problem(d: dict[str, Any]) -> str:
-    """One 422 item as `  field: sentence` (pydantic's "Value error, " dropped; no field: the sentence alone)."""
-    where = ".".join(str(x) for x in d.get("loc", []) if x != "body")
+def _problem(d: dict[str, Any], *, spec_hints: bool = False) -> str:
+    """One 422 item as `  field: sentence` (pydantic's "Value error, " dropped; no field: the sentence alone).
+    `spec_hints`: the body was a job spec, so a misspelt field gets the spec's nearest name."""
+    loc = [x for x in d.get("loc", []) if x != "body"]
+    where = ".".join(str(x) for x in loc)
     msg = str(d.get("msg", "")).removeprefix("Value error, ")
+    if spec_hints and d.get("type") == "extra_forbidden" and loc:
+        msg = unknown_spec_field(loc)
     return f"  {where}: {msg}" if where else f"  {msg}"
+
+
+def unknown_spec_field(loc: list[Any]) -> str:
+    """What to say of a job spec field the spec does not have (`maxsteps`): its nearest name, if one is close."""
+    import difflib
+
+    names = spec_field_names(loc[:-1])
+    close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return f"the spec has no field {str(loc[-1])!r}: {hint}(`rankzero schema` lists every field)"
+
+
+def spec_field_names(path: list[Any]) -> list[str]:
+    """The field names of the job spec's section at `path` (e.g. ["optimizer"]); [] where it is no section."""
+    import typing
+
+    from pydantic import BaseModel
+
+    from trainer.spec import JobSpec
+
+    model: type[BaseModel] = JobSpec
+    for key in path:
+        field = model.model_fields.get(str(key))
+        if field is None:
+            return []
+        kinds = (field.annotation, *typing.get_args(field.annotation))  # a section, or one of a union's
+        sections = [a for a in kinds if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not sections:
+            return []
+        model = sections[0]
+    return list(model.model_fields)

@@ -219,3 +219,19 @@ def test_a_refused_resume_of_anothers_job_points_to_clone() -> None:
         resume_refused("the server refused the request:\n  max_steps: …", 1)
         == "the server refused the request:\n  max_steps: …"
     )
+
+
+@pytest.mark.parametrize(
+    ("loc", "hint"),
+    [(["maxsteps"], "did you mean max_steps?"), (["optimizer", "lrr"], "did you mean lr?"),
+     (["checkpoint", "every_step"], "did you mean every_steps?"),
+     (["environment", "packges"], "did you mean packages?"),
+     (["zzz"], "the spec has no field 'zzz': (`rankzero schema`"), (["nope", "x"], "no field 'x': (")],
+)  # fmt: skip
+def test_a_misspelt_spec_field_gets_the_nearest_name(loc: list, hint: str) -> None:
+    """`maxsteps: 10` was refused as 'Extra inputs are not permitted', naming nothing to use instead."""
+    from cli.client import _problem
+
+    said = _problem({"type": "extra_forbidden", "loc": ["body", *loc], "msg": "Extra inputs are not permitted"},
+                    spec_hints=True)  # fmt: skip
+    assert hint in said and said.startswith(f"  {'.'.join(loc)}: "), said
