@@ -115,8 +115,9 @@ def stopped(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactor
                                                "slurm_signal_margin_s": margin})  # fmt: skip
             run.agents[name] = _agent(settings, slurm_cluster)
         run.specs = {
-            # 90 s of training in attempt 1: warned long before its end. Few steps: the reference run is short.
-            "limit": first_attempt_slow("time-limit", max_steps=180, step_s=0.5),
+            # 80 s of training in attempt 1: warned long before its end; short steps: the ranks agree to stop (every
+            # 16 steps, trainer/train.py CONTROL_EVERY) within 4 s of the warning.
+            "limit": first_attempt_slow("time-limit", max_steps=400, step_s=0.2),
             "requeued": first_attempt_slow("requeued", max_steps=120),
             "dropped": first_attempt_slow("dropped", max_steps=120),
         }
