@@ -10,8 +10,54 @@ from typing import Annotated, Any
 import typer
 
 from cli.app import app, console, fail, load_settings, private_files
-from cli.client import default_url, forget_server, record_server
+from cli.client import default_url, forget_server, record_server, recorded_url
 from cli.views import text
+
+
+def why_not_start(data_dir: str, running_url: str | None, port: int, port_free: bool) -> str | None:
+    """Why `up` / `api` must not start, or None. A second instance of a data dir, or one on a taken port,
+    printed "rankzero is up", failed to bind, and on its way out removed the running one's server.json
+    (so the CLI lost it)."""
+    if running_url:
+        return (f"rankzero is already running for {data_dir} at {running_url}: use it (`rankzero jobs`), or stop it "
+                "first (Ctrl-C where it runs, or `rankzero down`)")  # fmt: skip
+    if not port_free:
+        return f"port {port} is in use by another program: pass --port or set RANKZERO_PORT to a free one"
+    return None
+
+
+def port_free(host: str, port: int) -> bool:
+    """Whether this process could listen on host:port now (uvicorn binds the same way, SO_REUSEADDR)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def answers(url: str) -> bool:
+    """Whether an API answers at `url` (a recorded pid alone may be another process's after a reboot)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url}/api/health", timeout=2) as reply:
+            return reply.status in (200, 503)  # 503: up, its database unreachable
+    except OSError as exc:
+        return getattr(exc, "code", None) == 503
+
+
+def refuse_second_start(settings: Any) -> None:
+    """Exit 2 saying why when `why_not_start` has a reason."""
+    running = recorded_url(settings)
+    why = why_not_start(str(settings.data_dir), running if running and answers(running) else None, settings.port,
+                        port_free(settings.host, settings.port))  # fmt: skip
+    if why:
+        fail(why, code=2)
 
 
 @app.command()
@@ -38,6 +84,7 @@ def up(
     settings = settings.model_copy(
         update={"host": "127.0.0.1"}
     )  # `up` is the local default; `rankzero api` binds elsewhere
+    refuse_second_start(settings)  # before the worker starts: nothing of a running instance is touched
     if detach:
         args = [*(["--port", str(port)] if port else []), *(["--concurrency", str(concurrency)] if concurrency else [])]
         _up_detached(settings, args)
@@ -92,6 +139,7 @@ def api(
         overrides["port"] = port
     private_files()
     settings = load_settings(**overrides)
+    refuse_second_start(settings)
     try:
         token = settings.token()  # as `up` prints it: workers on other hosts and the CLI need it
         url = default_url(settings)

@@ -235,3 +235,38 @@ def test_a_misspelt_spec_field_gets_the_nearest_name(loc: list, hint: str) -> No
     said = _problem({"type": "extra_forbidden", "loc": ["body", *loc], "msg": "Extra inputs are not permitted"},
                     spec_hints=True)  # fmt: skip
     assert hint in said and said.startswith(f"  {'.'.join(loc)}: "), said
+
+
+@pytest.mark.parametrize(
+    ("running_url", "port_is_free", "says"),
+    [("http://127.0.0.1:18437", True, "already running for /d at http://127.0.0.1:18437"),
+     ("http://127.0.0.1:18437", False, "already running"), (None, False, "port 18437 is in use"), (None, True, None)],
+)  # fmt: skip
+def test_a_second_up_is_refused_before_it_touches_anything(running_url, port_is_free, says) -> None:
+    """A second `rankzero up` of a running data dir printed "rankzero is up", failed to bind, and removed the
+    running instance's server.json on its way out: the CLI then looked for the API on port 8000."""
+    from cli.service_commands import why_not_start
+
+    said = why_not_start("/d", running_url, 18437, port_is_free)
+    assert (said is None) if says is None else (said is not None and says in said), said
+
+
+def test_port_free_sees_a_listening_socket() -> None:
+    import socket
+
+    from cli.service_commands import port_free
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert not port_free("127.0.0.1", port)
+    assert port_free("127.0.0.1", port)
+
+
+def test_a_recorded_server_that_does_not_answer_is_not_running() -> None:
+    """server.json's pid may be another process's after a reboot: only an API that answers counts."""
+    from cli.service_commands import answers
+    from tests.support.ports import free_port
+
+    assert not answers(f"http://127.0.0.1:{free_port()}")
