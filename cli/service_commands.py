@@ -40,6 +40,12 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
+def cli_exports(url: str, token: str) -> str:
+    """The line that points a CLI in any other shell at this instance (without RANKZERO_URL, a shell
+    without this RANKZERO_DATA_DIR looked for the API on port 8000)."""
+    return f"export RANKZERO_URL={url} RANKZERO_API_TOKEN={token}"
+
+
 def answers(url: str) -> bool:
     """Whether an API answers at `url` (a recorded pid alone may be another process's after a reboot)."""
     import urllib.request
@@ -104,7 +110,7 @@ def up(
         f"  dashboard:  {url}/",
         f"  API docs:   {url}/docs",
         f"  API token:  {token}",
-        f"  CLI:        export RANKZERO_API_TOKEN={token}",
+        f"  CLI:        {cli_exports(url, token)}",
         f"  data:       {settings.data_dir}",
         f"  logs:       {api_log}  {settings.data_dir / 'worker.log'}",
         "  Ctrl-C stops the API and the worker (running jobs checkpoint and go back to the queue)",
@@ -147,7 +153,7 @@ def api(
             "rankzero API",
             f"  API:        {url}/   (docs: {url}/docs)",
             f"  API token:  {token}",
-            f"  CLI:        export RANKZERO_API_TOKEN={token}",
+            f"  CLI:        {cli_exports(url, token)}",
             f"  workers on hosts without this runs dir: RANKZERO_API_URL={url} RANKZERO_API_TOKEN={token}",
         ):
             console.print(text(line), soft_wrap=True)

@@ -270,3 +270,13 @@ def test_a_recorded_server_that_does_not_answer_is_not_running() -> None:
     from tests.support.ports import free_port
 
     assert not answers(f"http://127.0.0.1:{free_port()}")
+
+
+def test_the_banners_cli_line_names_the_url_too() -> None:
+    """`up` printed only the token: a shell without the same RANKZERO_DATA_DIR looked for port 8000."""
+    from cli.service_commands import cli_exports
+
+    assert (
+        cli_exports("http://127.0.0.1:18437", "t0k")
+        == "export RANKZERO_URL=http://127.0.0.1:18437 RANKZERO_API_TOKEN=t0k"
+    )
