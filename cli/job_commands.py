@@ -228,7 +228,8 @@ def logs(  # noqa: PLR0913 (one parameter per command-line option)
     token: TokenOpt = None,
 ) -> None:
     """The job's console: every rank's stdout and stderr merged in time order, each line prefixed with its
-    rank (`r1 err` marks rank 1's stderr); --rank/--stream show one rank's stream as it is. Control characters are
+    rank (`r1 err` marks rank 1's stderr); --rank R keeps R's lines; --stream shows one rank's stream as it is
+    (rank 0's unless --rank). Control characters are
     shown as escapes on a terminal (--raw keeps them)."""
     client = client_for(url, token)
 
@@ -239,11 +240,11 @@ def logs(  # noqa: PLR0913 (one parameter per command-line option)
         else:  # out(): no markup, no wrapping; on a terminal the job's escapes are shown, not obeyed
             console.out(for_output(text, raw=False, stream=sys.stdout), end="", highlight=False)
 
-    if rank is None and stream is None:
-        _merged_console(client, job_id, tail, grep or "", follow, show)
+    if stream is None:  # both streams merged: every rank's, or --rank's alone (its help says "default: both")
+        _merged_console(client, job_id, tail, grep or "", follow, show, only_rank=rank)
         return
     if grep is not None:
-        fail("--grep searches the merged view: leave out --rank and --stream")
+        fail("--grep searches the merged view: leave out --stream")
     if stream not in (None, "stdout", "stderr"):
         fail(f"--stream {stream!r}: give stdout or stderr")
     _one_log(client, job_id, rank or 0, stream or "stderr", tail, follow, show)
@@ -269,24 +270,29 @@ def _one_log(client: Any, job_id: int, rank: int, stream: str, tail: int | None,
         err.print(f"(empty) rank {rank} {stream} of job {job_id}", style="dim", highlight=False)
 
 
-def _merged_console(client: Any, job_id: int, tail: int | None, grep: str, follow: bool, show: Any) -> None:
-    """`rankzero logs JOB`: GET /jobs/{id}/console, then on from its cursor while following."""
+def _merged_console(  # noqa: PLR0913
+    client: Any, job_id: int, tail: int | None, grep: str, follow: bool, show: Any, only_rank: int | None = None
+) -> None:
+    """`rankzero logs JOB [--rank R]`: GET /jobs/{id}/console (R's lines only), then on from its cursor while
+    following. Before, `--rank R` alone showed R's stderr only: the built-in trainer's progress (stdout) not at all."""
 
     def lines_of(chunk: dict[str, Any]) -> str:
-        return "".join(views.console_line(ln) + "\n" for ln in chunk["lines"])
+        return "".join(views.console_line(ln) + "\n" for ln in views.lines_of_rank(chunk["lines"], only_rank))
 
     params: dict[str, Any] = {"q": grep} if grep else {}
     if tail is not None:
         params["limit"] = max(4096, tail)
     chunk = call(lambda: client.get(f"/jobs/{job_id}/console", **params))
-    printed = bool(chunk["lines"])
+    if (why := views.rank_not_shown(only_rank, chunk["ranks"], bool(chunk.get("more_ranks")), job_id)) is not None:
+        fail(why)
+    printed = bool(lines_of(chunk))
     show(lines_of(chunk))
-    if chunk.get("more_ranks"):
+    if chunk.get("more_ranks") and only_rank is None:
         err.print(f"(showing ranks {chunk['ranks'][0]}-{chunk['ranks'][-1]}; --rank N shows any other)", style="dim")
     cursor = chunk["cursor"]
     while follow:
         chunk = call(lambda c=cursor: client.get(f"/jobs/{job_id}/console", cursor=c, **params))
-        if chunk["lines"]:
+        if lines_of(chunk):
             show(lines_of(chunk))
             printed = True
         if chunk["cursor"] == cursor:
@@ -295,7 +301,8 @@ def _merged_console(client: Any, job_id: int, tail: int | None, grep: str, follo
             time.sleep(1.0)
         cursor = chunk["cursor"]
     if not printed:
-        err.print(f"(empty) no rank of job {job_id} wrote anything{' matching ' + repr(grep) if grep else ''}",
+        who = "no rank" if only_rank is None else f"rank {only_rank}"
+        err.print(f"(empty) {who} of job {job_id} wrote anything{' matching ' + repr(grep) if grep else ''}",
                   style="dim", highlight=False)  # fmt: skip
 
 

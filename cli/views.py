@@ -82,6 +82,21 @@ def console_line(line: dict[str, Any]) -> str:
     return f"[r{line['rank']}{' err' if line['stream'] == 'stderr' else ''}] {line['text']}"
 
 
+def lines_of_rank(lines: list[dict[str, Any]], rank: int | None) -> list[dict[str, Any]]:
+    """The merged console's lines of one rank (every line when `rank` is None)."""
+    return lines if rank is None else [ln for ln in lines if ln["rank"] == rank]
+
+
+def rank_not_shown(rank: int | None, ranks: list[int], more_ranks: bool, job_id: int) -> str | None:
+    """Why `logs --rank R` cannot show R from the merged console, or None. No ranks yet (a queued job) is no
+    reason: its logs may come."""
+    if rank is None or not ranks or rank in ranks:
+        return None
+    if more_ranks:
+        return f"rank {rank} is past the ranks the merged view reads: give --stream stdout or --stream stderr"
+    return f"job {job_id} has no rank {rank}: its ranks are {', '.join(map(str, ranks))}"
+
+
 def status_text(status: str) -> Text:
     return text(status, STATUS_STYLE.get(status, ""))
 

@@ -280,3 +280,25 @@ def test_the_banners_cli_line_names_the_url_too() -> None:
         cli_exports("http://127.0.0.1:18437", "t0k")
         == "export RANKZERO_URL=http://127.0.0.1:18437 RANKZERO_API_TOKEN=t0k"
     )
+
+
+LINES = [{"rank": 0, "stream": "stdout", "text": "step 10"}, {"rank": 1, "stream": "stderr", "text": "warn"},
+         {"rank": 1, "stream": "stdout", "text": "hi"}]  # fmt: skip
+
+
+@pytest.mark.parametrize(("rank", "texts"), [(None, ["step 10", "warn", "hi"]), (1, ["warn", "hi"]), (0, ["step 10"])])
+def test_logs_of_one_rank_keep_both_its_streams(rank: int | None, texts: list[str]) -> None:
+    """`rankzero logs 1 --rank 0` showed rank 0's stderr only (its help: "--stream … default: both, merged"),
+    so the built-in trainer's progress lines, on stdout, never showed."""
+    assert [ln["text"] for ln in views.lines_of_rank(LINES, rank)] == texts
+
+
+@pytest.mark.parametrize(
+    ("rank", "ranks", "more", "says"),
+    [(None, [0, 1], False, None), (1, [0, 1], False, None), (1, [], False, None),
+     (5, [0, 1], False, "job 3 has no rank 5: its ranks are 0, 1"), (70, list(range(64)), True, "--stream stdout")],
+)  # fmt: skip
+def test_a_rank_the_job_lacks_is_named(rank: int | None, ranks: list[int], more: bool, says: str | None) -> None:
+    """`rankzero logs 1 --rank 5` of a 2-rank job printed '(empty) rank 5 stderr' and exited 0."""
+    said = views.rank_not_shown(rank, ranks, more, 3)
+    assert (said is None) if says is None else (said is not None and says in said), said
