@@ -315,7 +315,13 @@ class Api:
 
 
 # The API's advice names its routes; at the CLI the same advice is a command.
-REST_ADVICE_IN_CLI_WORDS = {"list jobs with GET /api/jobs": "list jobs with `rankzero jobs`"}
+REST_ADVICE_IN_CLI_WORDS = {
+    "list jobs with GET /api/jobs": "list jobs with `rankzero jobs`",
+    "list them with GET /api/jobs/{id}/checkpoints": "list a job's with `rankzero checkpoints JOB`",
+    "list hosts with GET /api/hosts": "list hosts with `rankzero hosts`",
+    "list users with GET /api/users (admin)": "list users with `rankzero users list` (admin)",
+    ": GET /api/users/{name}/tokens": ": list a user's with `rankzero tokens list USER`",
+}
 
 
 def rejected_token(url: str, token_from: str | None) -> str:

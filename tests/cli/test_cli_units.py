@@ -157,6 +157,12 @@ def test_metrics_tables_keep_series_names_and_show_system_samples_at_clock_times
     [
         ("no job 999: list jobs with GET /api/jobs", "no job 999: list jobs with `rankzero jobs`"),
         ("no checkpoint 4", "no checkpoint 4"),
+        (
+            "no user 'nobody': list users with GET /api/users (admin)",
+            "no user 'nobody': list users with `rankzero users list` (admin)",
+        ),
+        ("no token 999: GET /api/users/{name}/tokens", "no token 999: list a user's with `rankzero tokens list USER`"),
+        ("no host 'x': list hosts with GET /api/hosts", "no host 'x': list hosts with `rankzero hosts`"),
     ],
 )
 def test_the_apis_route_advice_reads_as_a_command(detail: str, said: str) -> None:
