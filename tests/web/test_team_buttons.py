@@ -49,3 +49,14 @@ def test_a_member_is_offered_changes_to_her_own_jobs_only(new_page, web_service,
     _job_page(page, web_service, mine.id)
     assert page.locator("#archive-job").is_visible()
     assert page.get_by_role("link", name="Resume from checkpoint at step 100").is_visible()
+
+
+def test_a_viewer_is_offered_no_new_job(new_page, web_service) -> None:
+    """A viewer reads only: "New job" led her to a form whose submit answered 403."""
+    name = f"vi{uuid.uuid4().hex[:6]}"
+    with web_service.client() as admin:
+        made = admin.post("/api/users", json={"name": name, "role": "viewer"})
+        assert made.status_code == 201, made.text
+    page = _sign_in(new_page, web_service, made.json()["token"]["token"])
+    assert page.locator(".topbar .whoami").inner_text() == f"{name} · viewer"
+    assert page.get_by_role("link", name="New job").count() == 0
