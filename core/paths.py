@@ -3,12 +3,15 @@
 Every path-bearing input goes through `inside_runs_dir`: NUL and control characters and
 percent-encoding are refused outright (no file name of ours needs them, and a decoded-twice
 `%252e%252e` must not become `..` anywhere downstream); then the path is resolved with symlinks
-followed and must land inside the (resolved) runs dir.
+followed and must land inside the (resolved) runs dir, and be a regular file or a folder (a job
+may leave a FIFO where its log should be: opening it would block the reader).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
 
 from core.settings import Settings
@@ -37,7 +40,19 @@ def inside_runs_dir(raw: str | Path, runs_dir: Path, *, base: Path | None = None
     candidate = (start / text).resolve()  # absolute `text` replaces `start`; symlinks are followed
     if candidate != root and root not in candidate.parents:
         raise UnsafePath(f"path leaves the runs dir ({root}); give a file inside it")
+    _refuse_special(candidate)
     return candidate
+
+
+def _refuse_special(path: Path) -> None:
+    """A job writes its run dir: a FIFO (or socket) where a log should be would block the API thread that
+    opens it for ever (40 such reads froze every synchronous route). Only files and folders are served."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # missing: the caller says so
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise UnsafePath(f"{path.name} is not a regular file (a FIFO, socket or device); it is not read")
 
 
 def run_dir_of(job: Job, settings: Settings) -> Path:

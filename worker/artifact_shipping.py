@@ -168,7 +168,10 @@ class Shipper:
                 self.state.seen[relative] = ident
                 if not (stable or final):
                     continue
-                sha = checkpoint_files.file_sha256(path)
+                try:
+                    sha = run_files.sha256(path, self.run.root)
+                except (FileNotFoundError, run_files.LinkRefused):
+                    continue
             self._upload(relative, path, sha)
             self.state.shipped[relative] = ident
 
@@ -322,17 +325,24 @@ def _fetch_events(client: httpx.Client, job_id: int, run: RunDir) -> None:
             remote.unlink()
 
 
+def _sha_or_none(path: Path, root: Path) -> str | None:
+    try:
+        return run_files.sha256(path, root)
+    except OSError:
+        return None
+
+
 def fill_gap(events: Path, ingested_seq: int) -> int:
     """Seqs the database ingested past the end of `events` (lost with the host that wrote them) get a
     placeholder line each, so the record stays gapless and new events continue after them; how many."""
     last = 0
-    with open(events, "rb") as fh:
+    with run_files.open_file(events, "rb", events.parent) as fh:  # the job's run dir: no link followed
         for line in fh:
             with contextlib.suppress(ValueError, TypeError, KeyError):
                 last = max(last, int(json.loads(line)["seq"]))
     missing = range(last + 1, ingested_seq + 1)
     if missing:
-        with open(events, "a") as fh:
+        with run_files.open_file(events, "a", events.parent) as fh:
             for seq in missing:
                 fh.write(json.dumps({"seq": seq, "time": time.time(), "type": GAP_EVENT}) + "\n")
     return len(missing)
@@ -350,9 +360,7 @@ def prepare_follower(engine: Engine, settings: Settings, job_id: int, attempt: i
             latest = _fetch_checkpoint(engine, client, job_id, run)
         if latest is not None and not spec.get("entrypoint"):
             spec = {**spec, "resume_from": str(latest)}
-    tmp = run.spec.with_name(f".spec.json.{secrets.token_hex(4)}")
-    tmp.write_text(json.dumps(spec, indent=2))
-    os.replace(tmp, run.spec)
+    run_files.write_atomic(run.spec, json.dumps(spec, indent=2), run.root)
 
 
 def _fetch_checkpoint(engine: Engine, client: httpx.Client, job_id: int, run: RunDir) -> Path | None:
@@ -361,7 +369,7 @@ def _fetch_checkpoint(engine: Engine, client: httpx.Client, job_id: int, run: Ru
         rows = s.exec(newest_first).all()
     for row in rows:  # the newest the store still has (keep_last pruned the oldest)
         target = run.root / row.path
-        if target.is_file() and checkpoint_files.file_sha256(target) == row.sha256:
+        if target.is_file() and _sha_or_none(target, run.root) == row.sha256:
             return target
         if _download(client, job_id, row.path, target, row.sha256):
             log.info("job %s: fetched %s from the artifact store to resume from", job_id, row.path)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import secrets
 import stat
@@ -37,12 +38,15 @@ class LinkRefused(OSError):
 
 
 def _parts(root: Path, path: Path) -> tuple[str, ...] | None:
-    """`path`'s components below `root`, or None when it is not below it (nor a `..` in them)."""
+    """`path`'s components below `root`, or None when it is not below it. A `..` in `path` is refused (a
+    name the job wrote, `checkpoints/../../data/api_token`), never resolved."""
+    if ".." in Path(path).parts:
+        raise LinkRefused(errno.EACCES, f"{path} climbs out with '..'; not followed")
     try:
         parts = Path(os.path.normpath(path)).relative_to(os.path.normpath(root)).parts
     except ValueError:
         return None
-    return parts if parts and ".." not in parts else None
+    return parts or None
 
 
 def _open_dir(root: Path, parts: tuple[str, ...], create: bool) -> int:
@@ -104,6 +108,15 @@ def read_text(path: Path, root: Path, errors: str = "replace", max_bytes: int | 
     with open_file(path, "rb", root) as fh:
         data = fh.read() if max_bytes is None else fh.read(max_bytes)
     return data.decode(errors=errors)
+
+
+def sha256(path: Path, root: Path) -> str:
+    """The file's sha256, no link followed below `root` (a FIFO or /dev/zero would hold the worker for ever)."""
+    digest = hashlib.sha256()
+    with open_file(path, "rb", root) as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def write_atomic(path: Path, text: str, root: Path) -> None:

@@ -24,6 +24,7 @@ from core.tables import Checkpoint
 from trainer import checkpoint_files
 from trainer.event_types import EventType
 from trainer.run_dir import RunDir
+from worker import run_files
 from worker.ingest import EventTail, Ingestor
 
 
@@ -81,7 +82,11 @@ def _final_checkpoint_problem(run: RunDir, events: list[dict[str, Any]]) -> str 
     path = run.root / last["path"]
     if not path.is_file():
         return f"its final checkpoint {last['path']} is missing"
-    if last.get("sha256") and checkpoint_files.file_sha256(path) != last["sha256"]:
+    try:
+        sha = run_files.sha256(path, run.root) if last.get("sha256") else None
+    except OSError:
+        return f"its final checkpoint {last['path']} is not a file of its run dir"
+    if sha is not None and sha != last["sha256"]:
         return f"its final checkpoint {last['path']} does not match the sha256 recorded for it"
     return None
 

@@ -27,6 +27,7 @@ from typing import Any
 from tensorboard.compat.proto import event_pb2
 
 from trainer.event_types import EventType
+from worker import run_files
 from worker.ingest import TimedMetric
 
 log = logging.getLogger("rankzero.worker")
@@ -92,9 +93,10 @@ def scalars(event: Any) -> list[tuple[str, float]]:
 class _File:
     """One event file being read: where the next record starts, and whether it went bad."""
 
-    def __init__(self, path: Path, prefix: str) -> None:
+    def __init__(self, path: Path, prefix: str, root: Path | None = None) -> None:
         self.path = path
         self.prefix = prefix
+        self.root = root or path.parent  # the job's folder: no link below it is followed (worker/run_files.py)
         self.offset = 0
         self.broken = False
 
@@ -108,7 +110,7 @@ class _File:
         if self.broken:
             return []
         try:
-            with open(self.path, "rb") as fh:
+            with run_files.open_file(self.path, "rb", self.root) as fh:  # a FIFO would block the watcher
                 fh.seek(self.offset)
                 chunk = fh.read(max_bytes)
         except OSError:
@@ -144,7 +146,7 @@ class TensorBoardTail:
         for path in self.root.rglob(FILE_GLOB):
             if path not in self._files and path.is_file():
                 rel = path.parent.relative_to(self.root).as_posix()
-                self._files[path] = _File(path, "" if rel == "." else rel + "/")
+                self._files[path] = _File(path, "" if rel == "." else rel + "/", self.root)
         return [self._files[p] for p in sorted(self._files)]
 
     def read(self, max_bytes: int = 8 << 20) -> list[TimedMetric]:

@@ -247,3 +247,43 @@ def test_a_resume_checkpoint_swapped_for_a_link_after_the_check_is_not_shown(
     assert (other / "work").is_symlink()
     result = json.loads((run.root / "probe_rank0.json").read_text())
     assert result["read"][str(checkpoint)] != "read", "job 2 read the host's file through job 1's link"
+
+
+def test_a_fifo_for_a_log_is_refused_not_opened(api_settings) -> None:
+    """A job makes its rank's stderr.log a FIFO: each API read of its log blocked a threadpool thread for ever
+    (open() waits for a writer); 40 of them froze every synchronous route, /api/health too (found live)."""
+    from fastapi import HTTPException
+
+    from api.routes.logs import _console_logs, _log_path
+
+    settings = api_settings()
+    run = RunDir(settings.resolved_runs_dir / "job_1")
+    log = _rank_stderr(run)
+    os.mkfifo(log)
+    with pytest.raises(HTTPException) as refused:
+        _log_path(run, 0, "stderr", 1, settings)
+    assert refused.value.status_code == 404 and "not a regular file" in str(refused.value.detail)
+    assert _console_logs(run, 1, settings)[0] == []  # the merged console leaves it out
+
+
+def test_a_fifo_among_tensorboard_files_does_not_block_the_watcher(run: RunDir) -> None:
+    from worker.tensorboard import TensorBoardTail
+
+    run.tensorboard.mkdir()
+    # Discovery skips what is not a file; the open refuses it too (swapped in after discovery, it would wait
+    # for a writer).
+    os.mkfifo(run.tensorboard / "events.out.tfevents.1.host")
+    assert TensorBoardTail(run.tensorboard).read() == []
+
+
+def test_a_final_checkpoint_named_outside_the_run_dir_is_not_hashed(run: RunDir, secret: Path) -> None:
+    """The `checkpoint` event's path is the job's text: `checkpoints/../../../data/api_token` (or a FIFO,
+    or /dev/zero through a link) was opened and hashed by the worker at the run's end."""
+    from worker.run_record import _final_checkpoint_problem
+
+    relative = os.path.relpath(secret, run.root)
+    (run.root / "checkpoints").mkdir()
+    os.mkfifo(run.root / "checkpoints" / "step_00000001.pt")
+    for path, said in ((relative, "not a file of its run dir"), ("checkpoints/step_00000001.pt", "missing")):
+        problem = _final_checkpoint_problem(run, [{"type": "checkpoint", "path": path, "sha256": "0" * 64}])
+        assert problem is not None and said in problem, problem
