@@ -308,3 +308,19 @@ def test_a_rank_the_job_lacks_is_named(rank: int | None, ranks: list[int], more:
     """`rankzero logs 1 --rank 5` of a 2-rank job printed '(empty) rank 5 stderr' and exited 0."""
     said = views.rank_not_shown(rank, ranks, more, 3)
     assert (said is None) if says is None else (said is not None and says in said), said
+
+
+@pytest.mark.parametrize(
+    ("body", "warned"),
+    [({"model": {"name": "mlp", "args": {"hiden": 3}}}, ["hiden"]),
+     ({"model": {"name": "mlp", "args": {"hidden": 3}}}, []),
+     ({"model": {"name": "pkg.mod:fn", "args": {"x": 1}}}, []), ({}, []), ({"model": "mlp"}, [])],
+)  # fmt: skip
+def test_submit_warns_of_a_built_in_models_unknown_arg(body: dict, warned: list[str]) -> None:
+    """A typo in model.args was queued silently and failed on its rank (TypeError) once the job started."""
+    from cli.job_commands import unknown_model_args
+
+    said = unknown_model_args(body)
+    assert len(said) == len(warned) and all(
+        f"no arg {w!r}" in s and "hidden" in s for w, s in zip(warned, said, strict=True)
+    )
