@@ -64,7 +64,7 @@ def submit_job(
     """Queue a training job, owned by the caller. The body is a JobSpec (GET /api/schema/job-spec); unknown
     fields are refused. Refused (422) when it could never fit the caller's quota, 429 past her queued quota."""
     if idempotency_key and (done := jobs.by_idempotency_key(session, idempotency_key)) is not None:
-        return _replay(session, done, spec, settings, response)
+        return _replay(session, who, done, spec, settings, response)
     _check_quota(session, settings, who, spec)
     try:
         spec = submit_policy.apply(spec, settings)
@@ -93,7 +93,7 @@ def submit_job(
         winner = jobs.by_idempotency_key(session, idempotency_key) if idempotency_key else None
         if winner is None:  # not a concurrent retry with the same key: a real integrity error
             raise
-        return _replay(session, winner, spec, settings, response)
+        return _replay(session, who, winner, spec, settings, response)
     # Committed: core.jobs.create has woken the scheduler, which places it (no message to send from here).
     public = JobPublic.from_row(job, {who.user_id: who.name})
     public.environment_estimate = environments.estimate(spec, settings)  # a job's own torch: how big (issue 28)
@@ -146,8 +146,16 @@ def public_job(session: Session, job: Job) -> JobPublic:
     return JobPublic.from_row(job, owner_names(session, [job]))
 
 
-def _replay(session: Session, job: Job, spec: JobSpec, settings: Settings, response: Response) -> JobPublic:
-    """The answer to a retried submit: the job the key created, if the spec is the same."""
+def _replay(
+    session: Session, who: Principal, job: Job, spec: JobSpec, settings: Settings, response: Response
+) -> JobPublic:
+    """The answer to a retried submit: the job the key created, if the caller created it with the same spec.
+    Keys are unique server-wide: another user's key is a 409, never her job passed off as the caller's."""
+    if job.owner_id != who.user_id:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            "this Idempotency-Key was used by another user's submit: use a new key (a random UUID) for each job",
+        )
     try:
         incoming = submit_policy.check_resume_from(spec, settings).model_dump(mode="json")
     except submit_policy.SpecRefused:
