@@ -19,6 +19,15 @@ def _eta(seconds: float | None) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
+def waiting_note(job: dict[str, Any], said: str | None) -> str | None:
+    """A line to print above the bar when a queued job's reason for waiting is new (a quota, no free host):
+    before, a held job's bar sat at "queued" with nothing saying why. None: nothing new to say."""
+    reason = job.get("pending_reason") if job.get("status") == "queued" else None
+    if not reason or reason == said:
+        return None
+    return reason
+
+
 def follow(api: Api, job_id: int, console: Console, poll_s: float = 0.5) -> dict[str, Any]:
     """Poll the job until it is terminal, drawing step / total, loss and ETA; return the final job."""
     columns = (
@@ -29,8 +38,12 @@ def follow(api: Api, job_id: int, console: Console, poll_s: float = 0.5) -> dict
     finished = finished_states()
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(f"job {job_id}", total=None, loss="-", eta="--:--", status="queued")
+        said: str | None = None
         while True:
             job = api.get(f"/jobs/{job_id}")
+            if (note := waiting_note(job, said)) is not None:
+                said = note
+                progress.console.print(f"job {job_id} waits: {note}", markup=False, highlight=False, soft_wrap=True)
             loss = job.get("latest_loss")
             progress.update(
                 task,

@@ -324,3 +324,17 @@ def test_submit_warns_of_a_built_in_models_unknown_arg(body: dict, warned: list[
     assert len(said) == len(warned) and all(
         f"no arg {w!r}" in s and "hidden" in s for w, s in zip(warned, said, strict=True)
     )
+
+
+@pytest.mark.parametrize(
+    ("job", "said", "note"),
+    [({"status": "queued", "pending_reason": "quota: 1 of 1 CPU slots"}, None, "quota: 1 of 1 CPU slots"),
+     ({"status": "queued", "pending_reason": "quota: x"}, "quota: x", None),
+     ({"status": "queued", "pending_reason": None}, None, None),
+     ({"status": "running", "pending_reason": "stale"}, None, None)],
+)  # fmt: skip
+def test_follow_says_once_why_a_queued_job_waits(job: dict, said: str | None, note: str | None) -> None:
+    """`rankzero follow` of a job held by its owner's quota showed a bar at 'queued' and nothing else."""
+    from cli.follow import waiting_note
+
+    assert waiting_note(job, said) == note
