@@ -121,7 +121,7 @@ def test_stream_emits_status_progress_metrics_checkpoint_end(
     writer = threading.Thread(target=worker_writes)
     writer.start()
     lines: list[str] = []
-    with httpx.stream("GET", f"{base}/api/jobs/{job.id}/stream", headers=auth_headers, timeout=15) as r:
+    with httpx.stream("GET", f"{base}/api/jobs/{job.id}/stream", headers=auth_headers, timeout=60) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         for line in r.iter_lines():
             lines.append(line)
@@ -158,7 +158,7 @@ def test_stream_sends_both_seq_spaces_and_resumes_each(live_api, settings: Setti
 
     def read(headers: dict) -> tuple[list[tuple[str, int]], str]:
         got: list[tuple[str, int]] = []
-        with httpx.stream("GET", f"{base}/api/jobs/{job.id}/stream", headers=headers, timeout=15) as r:
+        with httpx.stream("GET", f"{base}/api/jobs/{job.id}/stream", headers=headers, timeout=60) as r:
             lines: list[str] = []
             for line in r.iter_lines():
                 lines.append(line)
