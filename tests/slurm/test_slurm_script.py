@@ -137,12 +137,12 @@ def test_a_warning_sent_while_a_rank_starts_waits_for_its_handlers() -> None:
 
 RANK_ENDS = """
 import atexit, sys, threading, time
-from worker.slurm import rank
+from trainer.process_exit import exit_now
 atexit.register(lambda: print("interpreter teardown ran", flush=True))
 writer = threading.Thread(target=lambda: (time.sleep(0.5), print("saved", end=" ")))  # a checkpoint being written
 writer.start()
 print("trainer returned", end=" ")  # buffered: exit_now flushes it
-rank.exit_now(75)
+exit_now(75)
 """
 
 

@@ -12,9 +12,9 @@ the trainer's `finished`: a hung teardown).
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -64,7 +64,7 @@ def slow_mlp(
 ) -> nn.Module:
     while hang_in_build:
         time.sleep(3600)
-    if hang_at_exit and int(os.environ.get("RANK", "0")) == hang_rank:  # after the trainer's `finished`
-        atexit.register(time.sleep, 3600)
+    if hang_at_exit and int(os.environ.get("RANK", "0")) == hang_rank:  # the rank's exit waits for it, after `finished`
+        threading.Thread(target=time.sleep, args=(3600,), name="hangs-at-exit", daemon=False).start()
     faults = {"hang_at_step": hang_at_step, "hang_rank": hang_rank, "poison_at_step": poison_at_step}
     return SlowModule(mlp(**mlp_args), step_s, {k: v for k, v in faults.items() if v or k == "hang_rank"})

@@ -16,7 +16,6 @@ worker's diagnosis (worker/errors.py) names the failing rank and its traceback e
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
@@ -151,27 +150,11 @@ def _run_trainer(run_dir: str) -> int:
 
     control.StopSignal.install = install_keeping_early_stop  # type: ignore[method-assign]
     from trainer.__main__ import main as trainer_main
+    from trainer.process_exit import exit_now
 
     code = int(trainer_main(["--spec", os.path.join(run_dir, "spec.json"), "--run-dir", run_dir]) or 0)
     exit_now(code)  # the trainer's record is on disk (its events closed, its final save waited for)
     return code  # only where exit_now is stubbed (tests)
-
-
-def exit_now(code: int) -> None:
-    """End the rank with `code` without the interpreter's teardown: once the trainer has returned (events
-    closed, the final checkpoint written, the process group destroyed), what is left are the C++ objects that
-    Python frees at exit — gloo's pairs and threads, freed in no set order — and gloo aborts a rank (SIGABRT,
-    exit 134) whose peer's connection closes meanwhile. Seen in testing: the resumed attempt's rank 1, after
-    the run finished. Only for the built-in trainer: a script's exit hooks (the SDK's, the user's) must run."""
-    import threading
-
-    for thread in threading.enumerate():  # what the interpreter's exit would wait for (a checkpoint being written)
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    os._exit(code)
 
 
 def main() -> int:
