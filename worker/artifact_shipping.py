@@ -37,13 +37,12 @@ import httpx
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
-from core import artifacts, hosts
+from core import artifacts, hosts, run_files
 from core.artifacts import keys
 from core.settings import Settings
 from core.tables import Checkpoint, Job
 from trainer import checkpoint_files
 from trainer.run_dir import RunDir
-from worker import run_files
 
 log = logging.getLogger("rankzero.worker")
 CHUNK = 4 << 20

@@ -24,10 +24,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from core import run_files
 from trainer.event_types import EventType
 from trainer.run_dir import RunDir
 from trainer.spec import JobSpec
-from worker import run_files
 from worker.console_metrics import ConsoleMetrics, Point, compile_patterns
 from worker.ingest import Ingestor, TimedMetric
 
@@ -152,7 +152,7 @@ class ConsoleFeed:
             return
         self.series |= names
         target = self.run.console_series
-        try:  # never through a link the job made (console_series.json is in its run dir): worker/run_files.py
+        try:  # never through a link the job made (console_series.json is in its run dir): core/run_files.py
             run_files.write_atomic(target, json.dumps({"names": sorted(self.series)}), self.run.root)
         except OSError:
             log.warning("%s: could not note the console's series", target)

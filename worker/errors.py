@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from core import run_files
 from trainer.run_dir import RunDir
-from worker import run_files
 
 TRACEBACK_LINES = 30
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):(.*?)(?:={10,}|\Z)", re.S)

@@ -23,7 +23,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col
 
-from core import jobs, metric_rollup
+from core import jobs, metric_rollup, run_files
 from core.tables import Checkpoint, Job, MetricPoint, utcnow
 from trainer.event_types import (
     PROGRESS_COUNTS,
@@ -40,7 +40,6 @@ from trainer.event_types import (
     Stopped,
 )
 from trainer.run_dir import CHECKPOINT_NAME
-from worker import run_files
 
 log = logging.getLogger("rankzero.worker")
 

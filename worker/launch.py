@@ -26,13 +26,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from core import run_files
 from core.paths import dataset_env
 from core.settings import Settings, get_settings
 from rankzero.env import JobEnv
 from trainer.data.download import FETCHED_ENV, wants_download
 from trainer.entrypoint import Entrypoint, parse_entrypoint
 from trainer.run_dir import RunDir
-from worker import rank_network, run_files, sandbox
+from worker import rank_network, sandbox
 from worker.bundles import cache_dir, pythonpath_first
 from worker.script_jobs import entrypoint_values, script_job_env, script_workdir
 
@@ -470,7 +471,7 @@ def resume_input(spec: dict, settings: Settings) -> tuple[Path, ...]:
 
 
 def open_inputs(paths: tuple[Path, ...], settings: Settings) -> tuple[tuple[int, Path], ...]:
-    """Each input opened read-only from the runs dir down with no link followed (worker/run_files.py), for bwrap
+    """Each input opened read-only from the runs dir down with no link followed (core/run_files.py), for bwrap
     to bind by descriptor: resume_input's check and the mount then see the same file, whatever the job that
     owns it does to its run dir meanwhile. One that is now a link is not shown (the trainer says it is missing)."""
     opened: list[tuple[int, Path]] = []

@@ -20,11 +20,11 @@ from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col
 
+from core import run_files
 from core.tables import Checkpoint
 from trainer import checkpoint_files
 from trainer.event_types import EventType
 from trainer.run_dir import RunDir
-from worker import run_files
 from worker.ingest import EventTail, Ingestor
 
 

@@ -86,7 +86,7 @@ class View:
     runtime_dirs: tuple[Path, ...] = ()  # read-only: the Python environment, the service's code
     hidden: tuple[Path, ...] = ()  # masked wherever a read-only bind would show them (data dir, runs dir)
     inputs: tuple[Path, ...] = ()  # read-only files from outside its run dir (the checkpoint it resumes from)
-    # The same, as descriptors opened with no link followed (worker/run_files.py): bound by descriptor, so
+    # The same, as descriptors opened with no link followed (core/run_files.py): bound by descriptor, so
     # another job cannot swap a folder of the path for a link between the worker's check and bwrap's mount.
     input_fds: tuple[tuple[int, Path], ...] = ()
     environment_dir: Path | None = None  # read-only: the job's own packages (worker/environments/, a shared cache)

@@ -14,11 +14,11 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from core import run_files
 from core.settings import Settings
 from rankzero import env
 from trainer.entrypoint import Entrypoint
 from trainer.run_dir import RunDir
-from worker import run_files
 
 
 def entrypoint_values(run: RunDir, job_id: int, settings: Settings) -> dict[str, str]:

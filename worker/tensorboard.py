@@ -26,8 +26,8 @@ from typing import Any
 
 from tensorboard.compat.proto import event_pb2
 
+from core import run_files
 from trainer.event_types import EventType
-from worker import run_files
 from worker.ingest import TimedMetric
 
 log = logging.getLogger("rankzero.worker")
@@ -96,7 +96,7 @@ class _File:
     def __init__(self, path: Path, prefix: str, root: Path | None = None) -> None:
         self.path = path
         self.prefix = prefix
-        self.root = root or path.parent  # the job's folder: no link below it is followed (worker/run_files.py)
+        self.root = root or path.parent  # the job's folder: no link below it is followed (core/run_files.py)
         self.offset = 0
         self.broken = False
 

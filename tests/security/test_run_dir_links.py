@@ -1,7 +1,7 @@
 """A job's links in its own run dir must not steer the worker, which works outside the sandbox as its own user
 (root in a container). The job may write anything in its run dir, links included; each test plants what a
 job's code could plant there (it needs nothing else) and calls the worker code that reads or writes that
-file. Before worker/run_files.py every one of them followed the link:
+file. Before core/run_files.py every one of them followed the link:
 
 - `logs/attempt_1/.../stderr.log -> /proc/self/environ` (or the token file): a failed attempt's error message
   (errors.diagnose, shown to every user on the job page) carried the worker's environment or the API token;
@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from core import run_files
 from trainer.run_dir import RunDir
-from worker import errors, run_files, sandbox
+from worker import errors, sandbox
 from worker.console_feed import ConsoleFeed, console_series
 from worker.ingest import EventTail
 

@@ -33,11 +33,10 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from sqlalchemy.engine import Engine
 
-from core import jobs
+from core import jobs, run_files
 from core.settings import Settings
 from trainer.run_dir import RunDir
 from trainer.spec import EnvironmentSpec
-from worker import run_files
 from worker.environments import cache, lock, record, requirements, uv
 
 log = logging.getLogger("rankzero.worker")

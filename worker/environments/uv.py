@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from core import run_files
 from core.settings import Settings
-from worker import run_files
 from worker.environments import cache
 
 MAX_HEADLINE_CHARS = 2000
