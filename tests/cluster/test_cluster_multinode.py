@@ -8,14 +8,23 @@ from typing import Any
 
 import pytest
 
-from tests.support.jobs import assert_same_weights, events, reference_weights, run_dir, slow_spec, wait
+from tests.support.jobs import (
+    assert_same_weights,
+    events,
+    reference_weights,
+    run_dir,
+    slow_spec,
+    wait,
+    wait_step_written,
+)
 from tests.support.procs import job_processes
 
 STEPS = 20
 
 
-def _spec(name: str, **kw: Any) -> dict[str, Any]:
-    return slow_spec(name, step_s=0.05, max_steps=STEPS, every=5, nproc=1, nnodes=2, **kw)
+def _spec(name: str, step_s: float = 0.05, **kw: Any) -> dict[str, Any]:
+    """`step_s` changes no math: every test here ends at the one reference's weights."""
+    return slow_spec(name, step_s=step_s, max_steps=STEPS, every=5, nproc=1, nnodes=2, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +75,12 @@ def test_losing_a_host_restarts_every_node_from_the_checkpoint(service, workers,
     settings, client = service()
     start_host(settings, "host-a", 1)
     b = start_host(settings, "host-b", 1)
-    job = client.submit(_spec("host-b-dies", max_restarts=0))
-    client.wait(job["id"], lambda j: j["step"] >= 7, 120, "step 7 (checkpoint 5 written)")
+    # Slow steps: host-b must die mid-run, after checkpoint 5 and well before step 20 (13 steps ≈ 4 s later).
+    job = client.submit(_spec("host-b-dies", step_s=0.3, max_restarts=0))
+    # The trainer's own record, not the API's step (it follows the file about a second later).
+    rd = run_dir(settings, job["id"])
+    wait_step_written(rd, 5, 120, "checkpoint")
+    wait_step_written(rd, 7, 60)
     workers.stop(b, signal.SIGKILL)  # host-b's worker dies; its rank guard stops its ranks
     back = client.wait(job["id"], lambda j: j["host_losses"] == 1, 60, "the host loss to be recorded")
     assert back["restarts_used"] == 0, back

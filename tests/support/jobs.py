@@ -3,6 +3,7 @@
 - `DIGITS_SPEC`: a valid JobSpec body (the MLP on digits, DDP on 2 ranks).
 - `fake_spec()`: a job for the stand-in trainer (fake_trainer.py; its behaviour in model.args).
 - `slow_spec()`: the real trainer on tiny data, slowed by user code (slow_model.py), for the fault tests.
+- `wait_step_written()`: wait on the trainer's own record of a step (events.jsonl), not the API's lagging copy.
 """
 
 from __future__ import annotations
@@ -86,6 +87,36 @@ def run_dir(settings: Any, job_id: int) -> Path:
 def events(run_dir: Path) -> list[dict[str, Any]]:
     lines = (run_dir / "events.jsonl").read_text().splitlines()
     return [json.loads(x) for x in lines if x.strip()]
+
+
+def steps_written(run_dir: Path, type_: str | None = None) -> int:
+    """The highest `step` rank 0 has written to events.jsonl (of events of type `type_`, or of any), 0 when
+    none yet: the trainer's own record, ahead of the API's `step`, which follows it only as often as the
+    worker ingests the file (about once a second, later on a loaded machine). Whole lines only: a line
+    still being written is left for the next look."""
+    try:
+        text = (run_dir / "events.jsonl").read_text()
+    except FileNotFoundError:
+        return 0
+    best = 0
+    for line in text.split("\n")[:-1]:  # what follows the last newline is not a whole line yet
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        step = event.get("step") if isinstance(event, dict) else None
+        if isinstance(step, int) and not isinstance(step, bool) and type_ in (None, event.get("type")):
+            best = max(best, step)
+    return best
+
+
+def wait_step_written(run_dir: Path, n: int, timeout: float, type_: str | None = None) -> int:
+    """Wait until the trainer has written step `n` or later (an event of type `type_` at that step, e.g.
+    "checkpoint"; any event when None) and return the step seen. For tests that act mid-run (kill a host,
+    drain, stop a rank): the API's `step` lags the trainer by the ingest gap, so a fast job may be over
+    before the API shows step `n`."""
+    what = f"{type_ or 'step'} {n} in {run_dir}/events.jsonl"
+    return wait(lambda: (s := steps_written(run_dir, type_)) >= n and s, timeout, what, every=0.05)
 
 
 def reference_weights(spec: dict[str, Any], tmp: Path) -> dict[str, Any]:
