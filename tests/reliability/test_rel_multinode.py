@@ -14,15 +14,24 @@ from typing import Any
 
 import pytest
 
-from tests.support.jobs import assert_same_weights, events, reference_weights, run_dir, slow_spec, wait
+from tests.support.jobs import (
+    assert_same_weights,
+    events,
+    reference_weights,
+    run_dir,
+    slow_spec,
+    wait,
+    wait_step_written,
+)
 from tests.support.procs import job_processes, kill_all
 
 STEPS = 20
 HOST_DEFAULTS = {"heartbeat_s": 5.0}  # the service's own default (the fault tests' fixture beats every 1 s)
 
 
-def _spec(name: str, **kw: Any) -> dict[str, Any]:
-    return slow_spec(name, step_s=0.1, max_steps=STEPS, every=5, nproc=1, nnodes=2, **kw)
+def _spec(name: str, step_s: float = 0.1, **kw: Any) -> dict[str, Any]:
+    """`step_s` changes no math: the job ends at the reference's weights whatever its pace."""
+    return slow_spec(name, step_s=step_s, max_steps=STEPS, every=5, nproc=1, nnodes=2, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +74,13 @@ def test_a_dead_follower_host_is_one_host_loss_and_the_job_ends_exact(service, w
     assert settings.resolved_stale_after_s == 30.0  # the default threshold the scheduler judges hosts by
     _start_host(workers, settings, "host-a")
     b = _start_host(workers, settings, "host-b")
-    job = client.submit(_spec("follower-dies", max_restarts=0))
-    first = client.wait(job["id"], lambda j: j["step"] >= 7, 150, "step 7 (checkpoint 5 written)")
+    # Slow steps: host-b must die mid-run, after checkpoint 5 and well before step 20 (13 steps ≈ 5 s later).
+    job = client.submit(_spec("follower-dies", step_s=0.4, max_restarts=0))
+    # The trainer's own record, not the API's step (it follows the file about a second later).
+    rd = run_dir(settings, job["id"])
+    wait_step_written(rd, 5, 150, "checkpoint")
+    wait_step_written(rd, 7, 60)
+    first = client.job(job["id"])
     assert {n["host"] for n in first["placement"]["nodes"]} == {"host-a", "host-b"}, first["placement"]
     # host-b dies whole: its worker, its torchrun and its rank, at once (no rank guard's grace).
     theirs = [
