@@ -10,6 +10,10 @@ mtime), so lines are ordered to within a tick, and lines of one file keep their 
 Reading is bounded: the merged view reads at most `budget` bytes of logs in all (split among the
 files), and only the marks records of the bytes it read (records are fixed-width: found by binary
 search). A follower passes back the `cursor` of its last read (each file's next offset).
+
+Logs and marks lie in the job's run dir, which the job writes: every open goes through core/run_files.py
+(no link followed below the root, regular files only, never blocking on a FIFO), for the worker's appends
+(`stdout.marks -> /etc/...` would append as the worker) and the API's reads alike.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from core import run_files
 
 RECORD = 40  # bytes per marks record: 20-digit size, space, 18-character time, newline
 MARK_EVERY_S = 0.5  # at most this often per log: a chatty job's marks stay ≤ a record per half second
@@ -83,7 +89,7 @@ class MarkWriter:
             if size <= before:
                 continue
             try:
-                with open(marks_path(log), "ab") as out:
+                with run_files.open_file(marks_path(log), "ab", self.attempt_dir) as out:  # no job's link
                     out.write(encode_mark(size, now))
             except OSError:
                 continue  # a full disk: the lines fall back to the log's mtime
@@ -94,7 +100,7 @@ def _marked_size(log: Path) -> int:
     """The size the last mark of `log` recorded (a restarted worker goes on from there), 0 if none."""
     path = marks_path(log)
     try:
-        with open(path, "rb") as fh:
+        with run_files.open_file(path, "rb", log.parent) as fh:
             end = fh.seek(0, os.SEEK_END)
             if end < RECORD:
                 return 0
@@ -105,10 +111,11 @@ def _marked_size(log: Path) -> int:
     return found[0] if found else 0
 
 
-def read_marks(log: Path, start: int, end: int) -> list[tuple[int, float]]:
-    """The marks whose size lies in (start, end], and the first one past `end` (at most MAX_MARKS_READ)."""
+def read_marks(log: Path, start: int, end: int, root: Path | None = None) -> list[tuple[int, float]]:
+    """The marks whose size lies in (start, end], and the first one past `end` (at most MAX_MARKS_READ); no link
+    followed below `root` (default: the log's folder)."""
     try:
-        fh = open(marks_path(log), "rb")  # noqa: SIM115 (closed below; a missing file is just no marks)
+        fh = run_files.open_file(marks_path(log), "rb", root or log.parent)  # closed below; missing: no marks
     except OSError:
         return []
     with fh:
@@ -140,6 +147,7 @@ class LogFile:
     rank: int
     stream: str  # "stdout" | "stderr" | "environment"
     path: Path
+    root: Path | None = None  # opened with no link followed below this folder (default: the log's own)
 
     @property
     def key(self) -> str:
@@ -193,7 +201,7 @@ def _lines_of(data: bytes, start: int, whole: bool) -> tuple[list[tuple[int, int
 def _read_window(log: LogFile, offset: int | None, budget: int, done: bool) -> tuple[list[ConsoleLine], int]:
     """Lines of one log: from `offset` (a follower's), else its last `budget` bytes from a line start."""
     try:
-        with open(log.path, "rb") as fh:
+        with run_files.open_file(log.path, "rb", log.root or log.path.parent) as fh:
             size = fh.seek(0, os.SEEK_END)
             mtime = os.fstat(fh.fileno()).st_mtime
             if offset is None:
@@ -213,7 +221,7 @@ def _read_window(log: LogFile, offset: int | None, budget: int, done: bool) -> t
     spans, next_offset = _lines_of(data, start, whole)
     if not spans:
         return [], next_offset
-    marks = read_marks(log.path, spans[0][0], spans[-1][1])
+    marks = read_marks(log.path, spans[0][0], spans[-1][1], log.root)
     lines, i = [], 0
     for begin, end, raw in spans:
         while i < len(marks) and marks[i][0] < end:

@@ -4,7 +4,9 @@ Every path-bearing input goes through `inside_runs_dir`: NUL and control charact
 percent-encoding are refused outright (no file name of ours needs them, and a decoded-twice
 `%252e%252e` must not become `..` anywhere downstream); then the path is resolved with symlinks
 followed and must land inside the (resolved) runs dir, and be a regular file or a folder (a job
-may leave a FIFO where its log should be: opening it would block the reader).
+may leave a FIFO where its log should be: opening it would block the reader). That check is advice
+only (the job may swap a link or FIFO in after it): `open_in_runs_dir` opens what it returned with no link
+followed below the runs dir, non-blocking, and checks the type on the opened descriptor.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import os
 import re
 import stat
 from pathlib import Path
+from typing import IO, Any
 
+from core import run_files
 from core.settings import Settings
 from core.tables import Job
 from trainer.data import confine
@@ -53,6 +57,20 @@ def _refuse_special(path: Path) -> None:
         return  # missing: the caller says so
     if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
         raise UnsafePath(f"{path.name} is not a regular file (a FIFO, socket or device); it is not read")
+
+
+def open_in_runs_dir(path: Path, runs_dir: Path) -> IO[Any]:
+    """`path` (as `inside_runs_dir` returned it) open for reading, no link followed below the runs dir, and a
+    regular file (checked on the descriptor; opened non-blocking, so a FIFO never holds the thread).
+
+    Raises UnsafePath when the job swapped a link, FIFO or device in after the check, FileNotFoundError when
+    the file is gone (callers read the handle with a bound: a log may grow while it is read)."""
+    try:
+        return run_files.open_file(path, "rb", runs_dir.resolve())
+    except run_files.LinkRefused:
+        raise UnsafePath(
+            f"{path.name} is a link or not a regular file (a FIFO, socket or device); it is not read"
+        ) from None
 
 
 def run_dir_of(job: Job, settings: Settings) -> Path:

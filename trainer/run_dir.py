@@ -16,10 +16,15 @@ Torch-free, so the worker and the API can import it.
 from __future__ import annotations
 
 import json
+import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainer import no_follow
+
+SPEC_MAX_BYTES = 1 << 20  # spec.json is read this far at most (the job may link it to /dev/zero)
 CHECKPOINT_NAME = re.compile(r"^step_(\d{8,})\.pt$")
 NODE_DIR = re.compile(r"^node_(\d{1,4})$")
 
@@ -101,7 +106,7 @@ class RunDir:
         base = self.attempt_logs(attempt) if attempt is not None else self.logs
         per_node = self._ranks_per_node()
         found: dict[int, Path] = {}
-        for path in sorted(base.glob(f"**/{stream}.log"), key=lambda p: p.stat().st_mtime):  # newest wins
+        for path, _ in sorted(_with_mtimes(base.glob(f"**/{stream}.log")), key=lambda f: f[1]):  # newest wins
             if path.parent.name.isdigit():
                 found[_node_of(path.relative_to(base)) * per_node + int(path.parent.name)] = path
         return found
@@ -111,15 +116,31 @@ class RunDir:
         return self.rank_logs(stream, attempt).get(int(rank))
 
     def _ranks_per_node(self) -> int:
+        """spec.json's `nproc`, read bounded and with no link followed (the job writes its run dir: a link to
+        /dev/zero or the token, a FIFO, must neither exhaust the reader's memory, block it, nor be read)."""
         try:
-            return max(1, int(json.loads(self.spec.read_text()).get("nproc", 1)))
+            text = no_follow.read_text(self.spec, self.root, errors="strict", max_bytes=SPEC_MAX_BYTES)
+            return max(1, int(json.loads(text).get("nproc", 1)))
         except (OSError, ValueError, TypeError, AttributeError):
             return 1
 
     def error_files(self, attempt: int | None = None) -> list[Path]:
         """torchrun's per-rank error files (written by @record), newest last."""
         base = self.attempt_logs(attempt) if attempt is not None else self.logs
-        return sorted(base.glob("**/error.json"), key=lambda p: p.stat().st_mtime)
+        return [path for path, _ in sorted(_with_mtimes(base.glob("**/error.json")), key=lambda f: f[1])]
+
+
+def _with_mtimes(paths: Iterable[Path]) -> list[tuple[Path, float]]:
+    """(path, mtime) of each of `paths` as it is (a link's own mtime: nothing the job links to is stat'ed); a
+    vanished file is skipped, not an error for the reader. Links and FIFOs stay listed: each reader refuses
+    them when it opens (trainer/no_follow.py), and says so."""
+    found = []
+    for path in paths:
+        try:
+            found.append((path, os.lstat(path).st_mtime))
+        except OSError:
+            continue
+    return found
 
 
 def failure_note(root: Path, rank: int) -> Path:

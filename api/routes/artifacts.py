@@ -22,8 +22,9 @@ import contextlib
 import hashlib
 import os
 import secrets
+from collections.abc import Iterator
 from pathlib import Path as FsPath
-from typing import Annotated
+from typing import IO, Annotated, Any
 
 import anyio
 from fastapi import APIRouter, HTTPException, Path, Query, Request, status
@@ -194,6 +195,27 @@ def stream_artifact(settings: Settings, key: str, filename: str) -> StreamingRes
     if entry.sha256:
         headers[SHA_HEADER] = entry.sha256
     return StreamingResponse(store.read(key), media_type="application/octet-stream", headers=headers)
+
+
+def stream_open_file(fh: IO[Any], filename: str, media_type: str, headers: dict[str, str]) -> StreamingResponse:
+    """A file already opened (core/paths.py `open_in_runs_dir`: no link followed, not a FIFO) as a download of
+    the bytes it holds now (a log that grows meanwhile is cut there, to match Content-Length); closed at the end.
+    Unlike FileResponse, nothing reopens it by path (the job could have swapped a link in)."""
+    size = os.fstat(fh.fileno()).st_size
+
+    def body() -> Iterator[bytes]:
+        with fh:
+            left = size
+            while left > 0 and (chunk := fh.read(min(left, 1 << 20))):
+                left -= len(chunk)
+                yield chunk
+
+    headers = {
+        **headers,
+        "Content-Length": str(size),
+        "Content-Disposition": f'attachment; filename="{_safe_name(filename)}"',
+    }
+    return StreamingResponse(body(), media_type=media_type, headers=headers)
 
 
 def _safe_name(name: str) -> str:

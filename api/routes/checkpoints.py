@@ -6,15 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastapi import APIRouter, HTTPException, status
-from fastapi.responses import FileResponse, Response
+from fastapi.responses import Response, StreamingResponse
 from sqlmodel import col, select
 
 from api.deps import CheckpointId, JobId, SessionDep, SettingsDep, job_or_404
 from api.models import CheckpointPublic, ErrorDetail
-from api.routes.artifacts import stream_artifact
+from api.routes.artifacts import stream_artifact, stream_open_file
 from core import artifacts
 from core.artifacts import keys
-from core.paths import UnsafePath, inside_runs_dir, run_dir_of
+from core.paths import UnsafePath, inside_runs_dir, open_in_runs_dir, run_dir_of
 from core.tables import Checkpoint
 
 router = APIRouter(tags=["checkpoints"])
@@ -33,7 +33,7 @@ def list_checkpoints(job_id: JobId, session: SessionDep) -> list[CheckpointPubli
 
 @router.get(
     "/checkpoints/{checkpoint_id}/download",
-    response_class=FileResponse,
+    response_class=StreamingResponse,
     responses={200: {"content": {"application/octet-stream": {}}}, 404: {"model": ErrorDetail}},
 )
 def download_checkpoint(checkpoint_id: CheckpointId, session: SessionDep, settings: SettingsDep) -> Response:
@@ -52,7 +52,15 @@ def download_checkpoint(checkpoint_id: CheckpointId, session: SessionDep, settin
             status.HTTP_404_NOT_FOUND, f"checkpoint {checkpoint_id} is not downloadable: {exc}"
         ) from None
     filename = f"job{row.job_id}_{Path(row.path).name}"
-    if not path.is_file():
+    try:  # no link followed, never a FIFO: the job may have swapped one in since the check
+        fh = open_in_runs_dir(path, runs)
+    except UnsafePath as exc:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND, f"checkpoint {checkpoint_id} is not downloadable: {exc}"
+        ) from None
+    except OSError:  # gone here (rotated, or shipped to the store)
+        fh = None
+    if fh is None:
         try:
             key = keys.job_key(row.job_id, keys.shipped_path(row.path))
         except keys.BadKey:
@@ -64,6 +72,4 @@ def download_checkpoint(checkpoint_id: CheckpointId, session: SessionDep, settin
         raise HTTPException(
             status.HTTP_404_NOT_FOUND, f"checkpoint {checkpoint_id}'s file is gone (rotated by keep_last?)"
         )
-    return FileResponse(
-        path, media_type="application/octet-stream", filename=filename, headers={"X-Checkpoint-SHA256": row.sha256}
-    )
+    return stream_open_file(fh, filename, "application/octet-stream", {"X-Checkpoint-SHA256": row.sha256})

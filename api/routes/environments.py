@@ -14,6 +14,7 @@ from sqlmodel import Session
 
 from api.deps import JobId, SessionDep, SettingsDep, job_or_404
 from api.models import EnvironmentEstimate, EnvironmentPackage, ErrorDetail, JobEnvironmentPublic
+from core import run_files
 from core.bundles.format import archive_path
 from core.environments import bundle_file, own_torch, requirements_in, service_torch
 from core.job_state import TERMINAL
@@ -34,9 +35,9 @@ def _log_tail(run_dir: Path) -> str:
                     if (m := ENV_LOG.match(p.name))), reverse=True) if logs.is_dir() else []  # fmt: skip
     if not found:
         return ""
-    with open(found[0][1], "rb") as fh:
+    with run_files.open_file(found[0][1], "rb", run_dir) as fh:  # the job's link or FIFO is not followed
         fh.seek(max(0, fh.seek(0, 2) - LOG_TAIL_BYTES))
-        return fh.read().decode(errors="replace")
+        return fh.read(LOG_TAIL_BYTES).decode(errors="replace")
 
 
 @router.get("/jobs/{job_id}/environment", response_model=JobEnvironmentPublic, responses={404: {"model": ErrorDetail}})

@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import IO, Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, status
-from fastapi.responses import FileResponse
+from fastapi.responses import StreamingResponse
 
 from api.deps import JobId, SessionDep, SettingsDep, job_or_404
 from api.models import ConsoleChunk, ConsoleLinePublic, ErrorDetail, LogChunk
+from api.routes.artifacts import stream_open_file
 from core import console_log
 from core.job_state import TERMINAL
-from core.paths import UnsafePath, inside_runs_dir, run_dir_of
+from core.paths import UnsafePath, inside_runs_dir, open_in_runs_dir, run_dir_of
 from trainer.run_dir import RunDir
 
 router = APIRouter(tags=["logs"])
@@ -48,6 +49,17 @@ def _log_path(run: RunDir, rank: int, stream: str, attempt: int | None, settings
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"log refused: {exc}") from None
 
 
+def _open_log(path: Path, settings) -> IO[Any]:
+    """The checked log, opened with no link followed and not blocking (the job may have swapped a link or FIFO in
+    since the check): 404 saying why otherwise."""
+    try:
+        return open_in_runs_dir(path, settings.resolved_runs_dir)
+    except UnsafePath as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"log refused: {exc}") from None
+    except FileNotFoundError:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"log {path.name} is gone (removed while being read)") from None
+
+
 def _console_logs(
     run: RunDir, attempt: int | None, settings, newest_attempt: int = 0
 ) -> tuple[list[console_log.LogFile], list[int], bool]:
@@ -57,15 +69,16 @@ def _console_logs(
     if not run.logs.is_dir():
         return [], [], False
     found: list[console_log.LogFile] = []
+    root = settings.resolved_runs_dir  # each log is opened from here with no link followed (core/console_log.py)
     environment = run.environment_log(attempt if attempt is not None else newest_attempt)
     if environment.is_file():
         with contextlib.suppress(UnsafePath):  # a symlinked log that leaves the runs dir is not read
             confined = inside_runs_dir(environment, settings.resolved_runs_dir)
-            found.append(console_log.LogFile(0, console_log.ENVIRONMENT, confined))
+            found.append(console_log.LogFile(0, console_log.ENVIRONMENT, confined, root))
     for stream in console_log.STREAMS:
         for rank, path in run.rank_logs(stream, attempt).items():
             try:
-                found.append(console_log.LogFile(rank, stream, inside_runs_dir(path, settings.resolved_runs_dir)))
+                found.append(console_log.LogFile(rank, stream, inside_runs_dir(path, root), root))
             except UnsafePath:
                 continue  # a symlinked log that leaves the runs dir is not read
     found.sort(key=lambda f: (f.rank, f.stream))
@@ -142,7 +155,7 @@ def get_logs(  # noqa: PLR0913 (one parameter per query field)
     path = _log_path(run, rank, stream, attempt, settings)
     if path is None:
         return LogChunk(rank=rank, stream=stream, ranks=ranks, offset=offset, next_offset=offset, text="")
-    with open(path, "rb") as fh:
+    with _open_log(path, settings) as fh:
         size = fh.seek(0, 2)
         start = max(0, size - tail) if tail is not None else min(offset, size)
         fh.seek(start)
@@ -159,7 +172,7 @@ def get_logs(  # noqa: PLR0913 (one parameter per query field)
 
 @router.get(
     "/jobs/{job_id}/logs/download",
-    response_class=FileResponse,
+    response_class=StreamingResponse,
     responses={200: {"content": {"text/plain": {}}, "description": "The whole log"}, 404: {"model": ErrorDetail}},
 )
 def download_log(
@@ -169,15 +182,15 @@ def download_log(
     rank: Annotated[int, Query(ge=0, le=4095)] = 0,
     stream: Literal["stdout", "stderr"] = "stderr",
     attempt: Annotated[int | None, Query(ge=0, le=10_000, description="This attempt's log (default: newest).")] = None,
-) -> FileResponse:
+) -> StreamingResponse:
     """One rank's whole stdout or stderr log as a file (`job_<id>_rank<r>_<stream>.log`)."""
     path = _log_path(_run_of(job_id, session, settings), rank, stream, attempt, settings)
     if path is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has no {stream} log for rank {rank}")
     suffix = f"_attempt{attempt}" if attempt is not None else ""
-    return FileResponse(
-        path,
-        media_type="text/plain; charset=utf-8",
-        filename=f"job_{job_id}_rank{rank}_{stream}{suffix}.log",
-        headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"},
+    return stream_open_file(
+        _open_log(path, settings),
+        f"job_{job_id}_rank{rank}_{stream}{suffix}.log",
+        "text/plain; charset=utf-8",
+        {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"},
     )

@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Query
 
 from api.deps import JobId, SessionDep, SettingsDep, job_or_404
 from api.models import ErrorDetail, MetricPointPublic, MetricSeries, MetricsResponse
-from core import metric_rollup
+from core import metric_rollup, run_files
 from core.paths import UnsafePath, run_dir_of
 from core.settings import Settings
 from core.tables import Job
@@ -21,6 +21,7 @@ MAX_STEP = 2**62
 MAX_NAMES = 20  # series names per request
 MAX_NAME_CHARS = 200
 MIN_POINTS, MAX_POINTS, DEFAULT_POINTS = 10, 100_000, 2000
+CONSOLE_SERIES_MAX_BYTES = 4 << 20  # console_series.json is read this far at most (as the worker reads it)
 
 
 @router.get("/jobs/{job_id}/metrics", response_model=MetricsResponse, responses={404: {"model": ErrorDetail}})
@@ -81,7 +82,9 @@ def _console_names(job: Job, settings: Settings) -> set[str]:
     if not job.spec or job.spec.get("entrypoint") is None:
         return set()
     try:
-        names = json.loads(RunDir(run_dir_of(job, settings)).console_series.read_text()).get("names", [])
+        run = RunDir(run_dir_of(job, settings))  # the job's run dir: its link or FIFO is not followed, bounded
+        names = json.loads(run_files.read_text(run.console_series, run.root, max_bytes=CONSOLE_SERIES_MAX_BYTES))
+        names = names.get("names", [])
     except (OSError, ValueError, AttributeError, UnsafePath):
         return set()
     return {n for n in names if isinstance(n, str)}

@@ -2,7 +2,9 @@
 
 Its layout is the runs dir's (`<runs>/job_<id>/...`), so a file shipped by a worker lands exactly where
 a shared runs dir would have put it, and every read path of the API finds it. Symlinks are never
-followed or listed (a script job's work dir links the bundle's files: those are not outputs).
+followed or listed (a script job's work dir links the bundle's files: those are not outputs), and files are
+opened through core/run_files.py (no link below the root followed, regular files only, never blocking on a
+FIFO): a job writes its run dir and could swap one in after a listing or a stat.
 Logs and events grow while a job runs: `append` takes them by offset, idempotently (object stores
 have no append, so these always land here, whatever back-end holds checkpoints and outputs).
 """
@@ -18,6 +20,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from core import run_files
 from core.artifacts.base import CHUNK, ArtifactMissing, Entry
 from core.artifacts.keys import relative_path
 
@@ -33,9 +36,10 @@ class OffsetGap(ValueError):
         self.size = size
 
 
-def file_sha256(path: Path) -> str:
+def file_sha256(path: Path, root: Path | None = None) -> str:
+    """The file's sha256, no link followed below `root` (default: its folder)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with run_files.open_file(path, "rb", root or path.parent) as fh:
         while chunk := fh.read(CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
@@ -77,8 +81,8 @@ class DiskStore:
     def read(self, key: str, start: int = 0) -> Iterator[bytes]:
         path = self.path_of(key)
         try:
-            fh = open(path, "rb")  # noqa: SIM115 (closed by the generator)
-        except (FileNotFoundError, IsADirectoryError):
+            fh = run_files.open_file(path, "rb", self.root)  # closed by the generator
+        except (FileNotFoundError, run_files.LinkRefused):
             raise ArtifactMissing(f"no artifact {key}") from None
 
         def chunks() -> Iterator[bytes]:
@@ -106,7 +110,7 @@ class DiskStore:
         with self._lock:
             known = self._shas.get(ident)
         if known is None:
-            known = file_sha256(path)
+            known = file_sha256(path, self.root)
             self._remember(*ident, known)
         return known
 
@@ -143,7 +147,7 @@ class DiskStore:
         Idempotent: bytes before the current end are not written again (a retried or repeated chunk)."""
         path = self.path_of(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "ab") as fh:
+        with run_files.open_file(path, "ab", self.root) as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             size = fh.seek(0, os.SEEK_END)
             if offset > size:
