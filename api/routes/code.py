@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path as FsPath
 from typing import Annotated
 
@@ -21,11 +22,12 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
 from starlette.requests import ClientDisconnect
 
-from api.deps import SettingsDep
+from api.deps import CurrentUser, SettingsDep
 from api.models import CodeBundle, CodeFile, CodeFiles, ErrorDetail, LeftOutFile, LeftOutRecord
 from core import bundles
 from core.bundles import excluded
 from core.settings import Settings
+from core.users import Principal
 
 router = APIRouter(tags=["code"])
 
@@ -39,6 +41,41 @@ UPLOADS_OFF = (
     "code uploads are turned off on this server (RANKZERO_ALLOW_CODE_UPLOAD=false): use the built-in models, "
     "or code installed on the workers and listed in RANKZERO_ALLOWED_CODE"
 )
+
+
+# Who uploaded a bundle (POST /api/code, a new one or one already stored): one user id a line (JSON Lines),
+# appended. Only they (and admins) may write its left-out record. Beside the bundle in the store; a `.json`
+# name, so the store's cleanup removes it once its bundle is gone (core/bundles/store.py `cleanup`).
+UPLOADERS_SUFFIX = ".uploaders.json"
+MAX_UPLOADERS_BYTES = 1 << 20
+
+
+def _uploaders_path(settings: Settings, sha256: str) -> FsPath:
+    return bundles.archive_path(settings, sha256).with_name(f"{sha256}{UPLOADERS_SUFFIX}")
+
+
+def uploaders(settings: Settings, sha256: str) -> set[int]:
+    """The ids of the users who uploaded bundle `sha256` (none recorded: an empty set)."""
+    try:
+        with open(_uploaders_path(settings, sha256), "rb") as fh:
+            lines = fh.read(MAX_UPLOADERS_BYTES).split(b"\n")
+    except OSError:
+        return set()
+    return {int(line) for line in lines if line.strip().isdigit()}
+
+
+def note_uploader(settings: Settings, sha256: str, user_id: int) -> None:
+    """Add `user_id` to the bundle's uploaders (an append: two uploads at once both land)."""
+    if user_id in uploaders(settings, sha256):
+        return
+    fd = os.open(_uploaders_path(settings, sha256), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "ab") as out:
+        out.write(f"{int(user_id)}\n".encode())
+
+
+def may_record_left_out(who: Principal, uploaded_by: set[int]) -> bool:
+    """Whether `who` may write a bundle's left-out record: one of its uploaders, or an admin (pure)."""
+    return who.role == "admin" or who.user_id in uploaded_by
 
 
 def _not_stored(sha256: str) -> HTTPException:
@@ -108,7 +145,7 @@ def _check_request(request: Request, settings: Settings) -> None:
         }
     },
 )
-async def upload_code(request: Request, response: Response, settings: SettingsDep) -> CodeBundle:
+async def upload_code(request: Request, response: Response, settings: SettingsDep, who: CurrentUser) -> CodeBundle:
     """Store a code bundle (a tar.gz, the raw body). 201 when new, 200 when already stored.
 
     An optional `X-Bundle-SHA256` header is checked against what arrived.
@@ -130,6 +167,7 @@ async def upload_code(request: Request, response: Response, settings: SettingsDe
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"code bundle refused: {exc}") from None
     finally:
         tmp.unlink(missing_ok=True)
+    await run_in_threadpool(note_uploader, settings, sha256, who.user_id)  # she may now record its left-out files
     if not created:
         response.status_code = status.HTTP_200_OK
     return CodeBundle(sha256=sha256, bytes=manifest.bytes, files=manifest.files, unpacked_bytes=manifest.unpacked_bytes)
@@ -201,13 +239,25 @@ def get_left_out(sha256: Sha256, settings: SettingsDep) -> list[LeftOutFile]:
 @router.put(
     "/code/{sha256}/left-out",
     response_model=LeftOutRecord,
-    responses={404: {"model": ErrorDetail}, 413: {"model": ErrorDetail}, 422: {"model": ErrorDetail}},
+    responses={
+        403: {"model": ErrorDetail, "description": "The caller did not upload this bundle (and is no admin)."},
+        404: {"model": ErrorDetail},
+        413: {"model": ErrorDetail},
+        422: {"model": ErrorDetail},
+    },
 )
-async def put_left_out(sha256: Sha256, request: Request, settings: SettingsDep) -> LeftOutRecord:
+async def put_left_out(sha256: Sha256, request: Request, settings: SettingsDep, who: CurrentUser) -> LeftOutRecord:
     """What `rankzero submit --code` left out of this bundle's upload (the ignore file and line of each), kept
-    beside it for the job page and the failure headlines (issue 27). The latest upload's record wins."""
+    beside it for the job page and the failure headlines (issue 27). The latest upload's record wins. Only
+    a user who uploaded the bundle (POST /api/code), or an admin, may write it (403 otherwise)."""
     if not bundles.archive_path(settings, sha256).is_file():
         raise _not_stored(sha256)
+    if not may_record_left_out(who, await run_in_threadpool(uploaders, settings, sha256)):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            f"the left-out record of bundle {sha256[:12]} is written by a user who uploaded it (POST /api/code) or "
+            f"an admin; {who.name} is {who.role} and did not upload it",
+        )
     body = await request.body()  # bounded: api/limits.py caps bodies at 1 MiB
     if len(body) > excluded.MAX_RECORD_BYTES:
         raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, "the record of left-out files is over 1 MiB")

@@ -121,16 +121,26 @@ def _check_quota(session: Session, settings: Settings, who: Principal, spec: Job
 
 def _check_resume_owner(session: Session, settings: Settings, who: Principal, spec: JobSpec) -> None:
     """Members resume only their own jobs' checkpoints (admins any): 403 naming the role otherwise. The job is
-    the one whose standard run dir (`job_<id>`) holds the checkpoint; a file elsewhere has no owner to check."""
+    the one whose standard run dir (`job_<id>`) holds the checkpoint, at any depth below it (`work/sub/x.pt`
+    too); a file elsewhere in the runs dir has no owner to check."""
     if spec.resume_from is None or who.role == "admin":
         return
-    run_dir = Path(spec.resume_from).parent.parent  # resolved inside the runs dir by submit_policy
-    found = re.fullmatch(r"job_(\d{1,10})", run_dir.name)
-    if found is None or job_run_dir(settings.resolved_runs_dir, int(found[1])) != run_dir:
-        return
-    job = session.get(Job, int(found[1]))
-    if job is not None:
-        may_change_job(who, job.owner_id, int(found[1]), "resuming")
+    job_id = resume_owner_job(Path(spec.resume_from), settings.resolved_runs_dir)  # resolved by submit_policy
+    job = session.get(Job, job_id) if job_id is not None else None
+    if job_id is not None and job is not None:
+        may_change_job(who, job.owner_id, job_id, "resuming")
+
+
+def resume_owner_job(path: Path, runs_dir: Path) -> int | None:
+    """The id of the job whose run dir (`<runs>/job_<id>`) holds `path` at any depth, or None (pure)."""
+    try:
+        first = path.relative_to(runs_dir).parts[0]
+    except (ValueError, IndexError):
+        return None
+    found = re.fullmatch(r"job_(\d{1,10})", first)
+    if found is None or job_run_dir(runs_dir, int(found[1])).name != first:  # `job_007` is not job 7's
+        return None
+    return int(found[1])
 
 
 def owner_names(session: Session, jobs_: list[Job]) -> dict[int, str]:
