@@ -74,7 +74,7 @@ class MarkWriter:
         self._scanned_at = now
         for stream in STREAMS:
             for log in self.attempt_dir.glob(f"**/{stream}.log"):
-                self._sizes.setdefault(log, _marked_size(log))
+                self._sizes.setdefault(log, _marked_size(log, self.attempt_dir))
 
     def note(self, now: float, final: bool = False) -> None:
         """Mark every log that grew since its last mark (`final`: at the attempt's end, whatever the interval)."""
@@ -96,11 +96,11 @@ class MarkWriter:
             self._sizes[log], self._marked_at[log] = size, now
 
 
-def _marked_size(log: Path) -> int:
+def _marked_size(log: Path, root: Path) -> int:
     """The size the last mark of `log` recorded (a restarted worker goes on from there), 0 if none."""
     path = marks_path(log)
     try:
-        with run_files.open_file(path, "rb", log.parent) as fh:
+        with run_files.open_file(path, "rb", root) as fh:
             end = fh.seek(0, os.SEEK_END)
             if end < RECORD:
                 return 0
