@@ -9,7 +9,16 @@ from typing import Any
 
 import pytest
 
-from tests.support.jobs import assert_same_weights, events, points, reference_weights, run_dir, slow_spec, wait
+from tests.support.jobs import (
+    assert_same_weights,
+    events,
+    points,
+    reference_weights,
+    run_dir,
+    slow_spec,
+    wait,
+    wait_step_written,
+)
 from tests.support.procs import alive, job_processes, kill_all
 
 STALE = {"RANKZERO_STALE_AFTER_S": "3"}  # recovery declares a silent worker dead after 3 s
@@ -17,7 +26,7 @@ STALE = {"RANKZERO_STALE_AFTER_S": "3"}  # recovery declares a silent worker dea
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Weights of an uninterrupted run of the spec both tests use."""
+    """Weights of an uninterrupted run of the spec both tests use (their `step_s` changes no math)."""
     return reference_weights(slow_spec("ref"), tmp_path_factory.mktemp("reference"))
 
 
@@ -31,12 +40,14 @@ def _assert_complete_and_exact(client: Any, settings: Any, job_id: int, referenc
 def test_worker_host_killed_job_resumes_from_checkpoint(service, workers, reference) -> None:
     settings, client = service()
     host = workers.start(settings, pool="threads", concurrency=2, extra_env=STALE)
-    job = client.submit(slow_spec("host-dies", max_restarts=1))
+    # Slow steps: the host must die between checkpoints 10 and 20 (10 steps ≈ 3 s), whatever the load.
+    job = client.submit(slow_spec("host-dies", step_s=0.3, max_restarts=1))
     # A second job on the same host, with no restarts allowed: losing its host is not its failure, so
     # it resumes too, without spending a restart (issue 10: host losses are counted apart).
     once = client.submit(slow_spec("no-restarts", nproc=1, max_steps=400, max_restarts=0))
-    client.wait(job["id"], lambda j: j["step"] >= 14, 120, "step 14 (checkpoint 10 written)")
-    client.wait(once["id"], lambda j: j["status"] == "running", 60, "running")
+    client.wait(once["id"], lambda j: j["status"] == "running", 120, "running")
+    # The trainer's own record of checkpoint 10 (the API's step follows the file about a second later).
+    wait_step_written(run_dir(settings, job["id"]), 10, 120, "checkpoint")
     victims = [p.pid for p in job_processes(workers.marker, job["id"])]
     victims += [p.pid for p in job_processes(workers.marker, once["id"])]
     # The host dies: the worker, its pool, torchrun and every rank at the same moment.
@@ -60,8 +71,8 @@ def test_worker_host_killed_job_resumes_from_checkpoint(service, workers, refere
 def test_worker_sigterm_checkpoints_and_resumes_elsewhere(service, workers, reference) -> None:
     settings, client = service(cancel_grace_s=15.0)
     first = workers.start(settings, pool="threads", concurrency=1, name="first@%h")
-    job = client.submit(slow_spec("deploy"))
-    client.wait(job["id"], lambda j: j["step"] >= 13, 120, "step 13")
+    job = client.submit(slow_spec("deploy", step_s=0.2))  # 27 steps (≥ 5 s) left after step 13: still training
+    wait_step_written(run_dir(settings, job["id"]), 13, 120)  # the trainer's record; the API's step lags it
     t0 = time.monotonic()
     first.send_signal(signal.SIGTERM)  # a deploy: Celery's warm shutdown of the worker process
     first.wait(timeout=30)
