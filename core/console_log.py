@@ -96,11 +96,11 @@ class MarkWriter:
             self._sizes[log], self._marked_at[log] = size, now
 
 
-def _marked_size(log: Path, root: Path) -> int:
+def _marked_size(log: Path, root: Path | None = None) -> int:
     """The size the last mark of `log` recorded (a restarted worker goes on from there), 0 if none."""
     path = marks_path(log)
     try:
-        with run_files.open_file(path, "rb", root) as fh:
+        with run_files.open_file(path, "rb", root or log.parent) as fh:
             end = fh.seek(0, os.SEEK_END)
             if end < RECORD:
                 return 0
