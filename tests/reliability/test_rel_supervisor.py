@@ -15,7 +15,7 @@ import os
 import signal
 from typing import Any
 
-from tests.support.jobs import events, points, run_dir, slow_spec, wait
+from tests.support.jobs import events, points, run_dir, slow_spec, wait, wait_step_written
 from tests.support.procs import alive, job_processes
 
 STALE = {"RANKZERO_STALE_AFTER_S": "3"}  # recovery declares a silent worker dead after 3 s
@@ -33,9 +33,11 @@ def _assert_attempts_never_overlap(evs: list[dict[str, Any]]) -> None:
 def test_killed_worker_process_takes_its_ranks_and_the_job_resumes_from_disk(service, workers) -> None:
     settings, client = service()
     host = workers.start(settings, pool="threads", concurrency=1, extra_env=STALE)
-    job = client.submit(slow_spec("supervisor-killed", max_restarts=1))
+    job = client.submit(slow_spec("supervisor-killed", step_s=0.2, max_restarts=1))  # still training well past step 12
     job_id = job["id"]
-    client.wait(job_id, lambda j: j["step"] >= 12, 120, "step 12 (checkpoint 10 written)")
+    # The trainer's own record (the API's step follows the file about a second later).
+    wait_step_written(run_dir(settings, job_id), 10, 120, "checkpoint")
+    wait_step_written(run_dir(settings, job_id), 12, 60)
     attempt1 = [p.pid for p in job_processes(workers.marker, job_id, attempt=1)]
     assert len(attempt1) >= 3, attempt1  # torchrun and two ranks
 
@@ -66,7 +68,7 @@ def test_frozen_supervisor_that_was_replaced_writes_nothing(service, workers) ->
     # Long enough that attempt 1 is still training when attempt 2 takes over (about 20 s later).
     job = client.submit(slow_spec("supervisor-frozen", max_steps=300, every=50, max_restarts=1))
     job_id = job["id"]
-    client.wait(job_id, lambda j: j["step"] >= 12, 120, "step 12")
+    wait_step_written(run_dir(settings, job_id), 12, 120)  # the trainer's record; the API's step lags it
     attempt1 = [p.pid for p in job_processes(workers.marker, job_id, attempt=1)]
     os.kill(first.pid, signal.SIGSTOP)  # frozen, not dead: its ranks train on
     try:
