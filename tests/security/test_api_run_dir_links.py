@@ -300,3 +300,29 @@ def test_an_output_swapped_for_a_link_after_the_listing_is_not_read(settings: Se
     with pytest.raises(ArtifactMissing):
         b"".join(store.read("job_1/work/out.txt"))
     assert not _blocks(lambda: b"".join(store.read("job_1/work/pipe.txt")), work / "pipe.txt")
+
+
+def test_a_rank_log_is_served_over_http_and_a_linked_one_refused(server: Any, secret: Path) -> None:
+    """`/logs/download` streams the descriptor it opened (no FileResponse reopening the path), whole; a link the
+    job left is a 404 that says why, without the target's bytes."""
+    import httpx
+
+    from tests.support.jobs import DIGITS_SPEC
+
+    auth = server.auth
+    r = httpx.post(f"{server.base}/api/jobs", json={**DIGITS_SPEC, "name": "logs"}, headers=auth, timeout=30)
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+    run = RunDir(server.settings.resolved_runs_dir / f"job_{job_id}")
+    log = run.attempt_logs(1) / "r" / "attempt_0" / "0" / "stderr.log"
+    log.parent.mkdir(parents=True)
+    log.write_bytes(b"line 1\n" * 50_000)
+    got = httpx.get(f"{server.base}/api/jobs/{job_id}/logs/download", headers=auth, timeout=30)
+    assert got.status_code == 200 and got.content == log.read_bytes()
+    assert got.headers["content-length"] == str(log.stat().st_size)
+    assert f"job_{job_id}_rank0_stderr.log" in got.headers["content-disposition"]
+    log.unlink()
+    log.symlink_to(secret)
+    for path in ("logs/download", "logs"):
+        refused = httpx.get(f"{server.base}/api/jobs/{job_id}/{path}", headers=auth, timeout=30)
+        assert refused.status_code == 404 and SECRET not in refused.text, refused.text
