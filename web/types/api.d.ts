@@ -185,7 +185,8 @@ export interface paths {
         /**
          * Put Left Out
          * @description What `rankzero submit --code` left out of this bundle's upload (the ignore file and line of each), kept
-         *     beside it for the job page and the failure headlines (issue 27). The latest upload's record wins.
+         *     beside it for the job page and the failure headlines (issue 27). The latest upload's record wins. Only
+         *     a user who uploaded the bundle (POST /api/code), or an admin, may write it (403 otherwise).
          */
         put: operations["put_left_out_api_code__sha256__left_out_put"];
         post?: never;
@@ -3240,6 +3241,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["LeftOutRecord"];
+                };
+            };
+            /** @description The caller did not upload this bundle (and is no admin). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
             /** @description Not Found */
