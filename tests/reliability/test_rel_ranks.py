@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 
-from tests.support.jobs import events, points, run_dir, slow_spec, wait
+from tests.support.jobs import events, points, run_dir, slow_spec, wait, wait_step_written
 from tests.support.procs import alive, job_processes, wait_ranks
 
 
@@ -29,8 +29,10 @@ def test_killed_rank_fails_job_naming_rank_and_exit_code(service, workers) -> No
 def test_hung_rank_is_restarted_by_the_stall_watchdog(service, workers) -> None:
     settings, client = service()
     workers.start(settings)
-    job = client.submit(slow_spec("rank-hangs", max_steps=40, stall_timeout_s=10, max_restarts=1))
-    client.wait(job["id"], lambda j: j["step"] >= 12, 120, "step 12")
+    # Slow steps: rank 1 must stop between checkpoints 10 and 20 (10 steps ≈ 3 s), whatever the load.
+    job = client.submit(slow_spec("rank-hangs", step_s=0.3, max_steps=40, stall_timeout_s=10, max_restarts=1))
+    # The trainer's own record of checkpoint 10 (the API's step follows the file about a second later).
+    wait_step_written(run_dir(settings, job["id"]), 10, 120, "checkpoint")
     ranks = wait_ranks(workers.marker, job["id"], 2, attempt=1)
     everyone = [p.pid for p in job_processes(workers.marker, job["id"], attempt=1)]
     os.kill(ranks[1], signal.SIGSTOP)  # alive but making no progress; rank 0 blocks in its next all-reduce

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.jobs import points, run_dir, slow_spec
+from tests.support.jobs import points, run_dir, slow_spec, wait_step_written
 
 
 def test_run_dir_deleted_mid_run_fails_the_job_saying_so(service, workers) -> None:
     settings, client = service()
     workers.start(settings)
-    job = client.submit(slow_spec("run-dir-deleted", max_steps=30))
-    client.wait(job["id"], lambda j: j["step"] >= 5, 120, "step 5")
+    job = client.submit(slow_spec("run-dir-deleted", max_steps=60))  # still training well after step 5
+    wait_step_written(run_dir(settings, job["id"]), 5, 120)  # the trainer's record; the API's step lags it
     shutil.rmtree(run_dir(settings, job["id"]))  # the trainer's open events.jsonl now writes into the void
     done = client.wait_terminal(job["id"], 120)
     assert done["status"] == "failed", done
@@ -71,15 +71,16 @@ def test_disk_full_for_a_while_loses_no_event(service, workers, small_tmpfs) -> 
     # The first job of a fresh database is job 1: its run dir is a small tmpfs before it exists.
     where = small_tmpfs(run_dir(settings, 1))
     workers.start(settings)
-    job = client.submit(slow_spec("disk-full", step_s=0.2, max_steps=60, every=1000))
+    # 90 steps: still training when the disk has room again (its final checkpoint must find room).
+    job = client.submit(slow_spec("disk-full", step_s=0.2, max_steps=90, every=1000))
     assert job["id"] == 1
-    client.wait(job["id"], lambda j: j["step"] >= 8, 120, "step 8")
+    wait_step_written(where, 8, 120)  # the trainer's record; the API's step lags it
     filler = _fill(where)
     time.sleep(6)  # about 30 steps of events that cannot be written meanwhile
     filler.unlink()
     done = client.wait_terminal(job["id"], 150)
     if done["status"] == "succeeded":  # then the record is whole: every point, no seq gap
-        assert points(client, job["id"]) == list(range(1, 61)), "succeeded with a hole in its record"
+        assert points(client, job["id"]) == list(range(1, 91)), "succeeded with a hole in its record"
     else:
         assert "record is incomplete" in done["error"] or "full" in done["error"], done
     assert done["status"] == "succeeded", "a disk full for 6 s is retried through (WRITE_RETRY_S is 20 s)"
