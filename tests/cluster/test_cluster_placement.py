@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.support.commands import RANKZERO
-from tests.support.jobs import assert_same_weights, reference_weights, run_dir, slow_spec, wait
+from tests.support.jobs import assert_same_weights, reference_weights, run_dir, slow_spec, wait, wait_step_written
 
 
 def _cli(*args: str) -> str:
@@ -71,9 +71,10 @@ def test_priority_orders_the_queue_and_can_change_while_queued(service, workers,
 def test_preempted_job_checkpoints_resumes_and_ends_at_the_same_weights(service, workers, start_host, tmp_path) -> None:
     settings, client = service()
     start_host(settings, "host-a", 2)
-    spec = slow_spec("victim", step_s=0.1, max_steps=40, every=5, preemptible=True)
+    # Slow steps (no change to the math): the victim must still be training when the urgent job is placed.
+    spec = slow_spec("victim", step_s=0.3, max_steps=40, every=5, preemptible=True)
     victim = client.submit(spec)
-    client.wait(victim["id"], lambda j: j["step"] >= 7, 120, "step 7")
+    wait_step_written(run_dir(settings, victim["id"]), 7, 120)  # the trainer's record; the API's step lags it
     urgent = client.submit(slow_spec("urgent", step_s=0.01, max_steps=5, every=5, priority=10))
     done = client.wait_terminal(urgent["id"], 120)
     assert done["status"] == "succeeded", done
