@@ -184,7 +184,10 @@ def test_asha_prunes_the_laggards_keeps_their_checkpoints_and_survives_a_schedul
     trials = detail["trials"]
     assert len(trials) == 6 and sorted(t["number"] for t in trials) == list(range(6))
     pruned = [t for t in trials if t["status"] == "pruned"]
-    assert len(pruned) >= 3, trials
+    # How many laggards are pruned depends on the order they reach step 8: ASHA promotes the first trial at a rung
+    # (nothing to compare it with), and the useless trial that starts beside the good one may get there first.
+    # At least two are always judged behind trials already at the rung (seen in CI: 2 at load, 3–4 quiet).
+    assert len(pruned) >= 2, trials
     for t in pruned:
         assert t["job_status"] == "cancelled" and t["params"]["optimizer.lr"] < 0.01
         assert client.http.get(f"/jobs/{t['job_id']}/checkpoints").json(), f"pruned trial {t} kept no checkpoint"
