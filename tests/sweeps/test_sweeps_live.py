@@ -186,7 +186,7 @@ def test_asha_prunes_the_laggards_keeps_their_checkpoints_and_survives_a_schedul
     pruned = [t for t in trials if t["status"] == "pruned"]
     # How many laggards are pruned depends on the order they reach step 8: ASHA promotes the first trial at a rung
     # (nothing to compare it with), and the useless trial that starts beside the good one may get there first.
-    # At least two are always judged behind trials already at the rung (seen in CI: 2 at load, 3–4 quiet).
+    # Two or more were pruned in every run seen (CI at load: 2); the count is not a guarantee ASHA makes.
     assert len(pruned) >= 2, trials
     for t in pruned:
         assert t["job_status"] == "cancelled" and t["params"]["optimizer.lr"] < 0.01
