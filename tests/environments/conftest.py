@@ -59,11 +59,13 @@ def new_job(engine: Engine) -> Callable[..., int]:
     return make
 
 
-def make_wheel(folder: Path, name: str, version: str) -> Path:
-    """A pure-Python wheel `name` at `version` whose module says its version (RECORD hashes included)."""
+def make_wheel(folder: Path, name: str, version: str, extra: dict[str, str] | None = None) -> Path:
+    """A pure-Python wheel `name` at `version` whose module says its version (RECORD hashes included), with
+    `extra` files (path in the wheel: text) beside it."""
     folder.mkdir(parents=True, exist_ok=True)
     dist = f"{name}-{version}.dist-info"
     files = {
+        **(extra or {}),
         f"{name}/__init__.py": f'VERSION = "{version}"\n',
         f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
         f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: rankzero-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",

@@ -9,33 +9,18 @@ API token and the database. Now the bytecode is compiled by the worker's interpr
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import importlib
 import time
-import zipfile
 from pathlib import Path
+
+from tests.environments.conftest import make_wheel
 
 prepare = importlib.import_module("worker.environments.prepare")  # the package exports a function of that name
 
 
 def _wheel_with_pth(folder: Path, marker: Path) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    dist = "evilpth-0.1.dist-info"
-    files = {
-        "evilpth_hook.pth": f"import os; open({str(marker)!r}, 'a').write('ran as uid %d\\n' % os.getuid())\n",
-        "evilpth/__init__.py": "VALUE = 1\n",
-        f"{dist}/METADATA": "Metadata-Version: 2.1\nName: evilpth\nVersion: 0.1\n",
-        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: rankzero-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(text.encode())}")
-    files[f"{dist}/RECORD"] = "\n".join([*record, f"{dist}/RECORD,,"]) + "\n"
-    with zipfile.ZipFile(folder / "evilpth-0.1-py3-none-any.whl", "w") as zf:
-        for path, text in files.items():
-            zf.writestr(path, text)
+    hook = f"import os; open({str(marker)!r}, 'a').write('ran as uid %d\\n' % os.getuid())\n"
+    make_wheel(folder, "evilpth", "0.1", extra={"evilpth_hook.pth": hook})
 
 
 def test_a_wheels_pth_does_not_run_while_its_environment_is_built(api_settings, tmp_path: Path) -> None:
