@@ -366,7 +366,7 @@ def two_hosts(tmp: Path) -> Iterator[tuple[Any, Any]]:
     from api.app import create_app
     from cli.serve import settings_env
     from core.settings import Settings
-    from worker.launch import free_port
+    from worker.launch_command import free_port
 
     token = "rankzero-bench-token-0123456789abcdef0123456789"
     settings = Settings(data_dir=tmp / "data", runs_dir=tmp / "runs", api_token=token, gpus="", cpu_slots=2)

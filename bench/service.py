@@ -71,12 +71,12 @@ def _first_step_time(events: Path, timeout: float = 120) -> float:
 
 def bare_launch(tmp: Path, i: int) -> float:
     from trainer.run_dir import RunDir
-    from worker.launch import build_command, rank_env
+    from worker.launch_command import build_command, rank_env
 
     run = RunDir(tmp / f"bare{i}")
     run.root.mkdir(parents=True)
     run.spec.write_text(json.dumps(SPEC))
-    from worker.launch import free_port
+    from worker.launch_command import free_port
 
     cmd = build_command(run, 0, 1, SPEC["nproc"], free_port())
     t0 = time.time()
@@ -97,7 +97,7 @@ def live_service(tmp: Path):
     from api.app import create_app
     from cli.serve import settings_env
     from core.settings import Settings
-    from worker.launch import free_port
+    from worker.launch_command import free_port
 
     settings = Settings(data_dir=tmp / "data", runs_dir=tmp / "runs", api_token=BENCH_TOKEN, gpus="")
     settings.data_dir.mkdir(parents=True)

@@ -122,7 +122,7 @@ def _rank_stages(t0: float, launched: float | None, stamps: dict[str, float], se
 
 
 def bare(folder: Path, nproc: int) -> dict[str, float]:
-    from worker.launch import free_port, rank_env
+    from worker.launch_command import free_port, rank_env
 
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
            f"--master-port={free_port()}", "train.py"]  # fmt: skip
@@ -315,7 +315,7 @@ def pieces(before: Path | None, reps: int) -> None:
     import resource
 
     from worker import procs
-    from worker.launch import guard_command, rank_env
+    from worker.launch_command import guard_command, rank_env
 
     env = rank_env("bench", None)
     read, write = os.pipe()

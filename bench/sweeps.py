@@ -44,7 +44,7 @@ def live_service(tmp: Path, slots: int) -> Iterator[Any]:
     from api.app import create_app
     from cli.serve import settings_env
     from core.settings import Settings
-    from worker.launch import free_port
+    from worker.launch_command import free_port
 
     settings = Settings(data_dir=tmp / "data", runs_dir=tmp / "runs", api_token=BENCH_TOKEN, gpus="", cpu_slots=slots)
     settings.data_dir.mkdir(parents=True)

@@ -24,7 +24,7 @@ from trainer.spec import JobSpec
 @dataclass(frozen=True)
 class Layout:
     """How the scheduler placed this node of an attempt: its ranks, nodes, node rank and rendezvous (the
-    torchrun topology, worker/launch.py `Topology`), the accumulation the ranks use (raised by elastic
+    torchrun topology, worker/launch_command.py `Topology`), the accumulation the ranks use (raised by elastic
     fit), the other nodes' hosts (node 0 watches them) and this node's leased GPUs."""
 
     nproc: int
@@ -57,7 +57,7 @@ class Layout:
     def spec_for_ranks(self, spec_dict: dict[str, Any]) -> dict[str, Any]:
         """The spec the ranks read: with elastic fit, the ranks and accumulation they really run with
         (the global batch, and so the weights, unchanged). A script job gets the same two values, which the
-        worker passes on as RANKZERO_WORLD_SIZE / RANKZERO_ACCUMULATION_STEPS (worker/launch.py `job_env`)."""
+        worker passes on as RANKZERO_WORLD_SIZE / RANKZERO_ACCUMULATION_STEPS (worker/launch_command.py `job_env`)."""
         if self.nproc != spec_dict.get("nproc"):
             return {**spec_dict, "nproc": self.nproc, "accumulation_steps": self.accumulation_steps,
                     "min_nproc": None}  # fmt: skip

@@ -35,7 +35,8 @@ from worker import artifact_shipping, bundles, drain, environments, gpus, procs
 from worker.attempt import Layout, Limits, Seen, StopReason
 from worker.decide import Standing, restart_or_fail
 from worker.errors import Failure
-from worker.launch import Launched, Topology, launch
+from worker.launch import Launched, launch
+from worker.launch_command import Topology
 from worker.outcome import apply
 from worker.quota import Quota, QuotaWatch
 from worker.resources import ResourceWatch

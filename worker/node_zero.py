@@ -41,7 +41,8 @@ from worker.decide import (
     names_checkpoint,
 )
 from worker.decide import restart_or_fail as decide_restart_or_fail
-from worker.launch import Topology, free_port, launch, memory_limit_mb, port_taken
+from worker.launch import launch, port_taken
+from worker.launch_command import Topology, free_port, memory_limit_mb
 from worker.outcome import apply
 from worker.stop_reason import grace_s, stop_note, stop_reason
 from worker.user_paths import for_job, scrub

@@ -33,7 +33,7 @@ def entrypoint_values(run: RunDir, job_id: int, settings: Settings) -> dict[str,
 
 def script_job_env(spec: dict[str, Any], resume_inputs: tuple[Path, ...]) -> dict[str, Any]:
     """A script job's part of `rankzero.env.JobEnv`: the checkpoint it continues from (spec `resume_from`,
-    once confined to the runs dir: worker/launch.py `resume_input`), and the world size and accumulation
+    once confined to the runs dir: worker/launch_command.py `resume_input`), and the world size and accumulation
     this attempt runs with (elastic fit launches fewer ranks and raises the accumulation: worker/attempt.py)."""
     if not spec.get("entrypoint"):
         return {}

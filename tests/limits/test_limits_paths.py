@@ -160,7 +160,7 @@ def test_trainer_refuses_a_download_root_before_creating_it(trainer_rules: Path,
 
 def test_worker_hands_the_rules_to_the_ranks(limits_settings) -> None:
     from trainer.data import confine
-    from worker.launch import rank_env
+    from worker.launch_command import rank_env
 
     settings = limits_settings()
     env = rank_env("mark", None, settings)

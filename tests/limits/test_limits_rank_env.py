@@ -104,7 +104,7 @@ ALLOWED_RANKZERO = {
 
 
 def test_rank_env_takes_extra_names_from_settings(monkeypatch, limits_settings) -> None:
-    from worker.launch import rank_env
+    from worker.launch_command import rank_env
 
     monkeypatch.setenv("RANKZERO_API_TOKEN", SECRETS["RANKZERO_API_TOKEN"])
     monkeypatch.setenv("WANDB_API_KEY", "the-user-wants-this")

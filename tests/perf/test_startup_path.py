@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from worker.launch import guard_command, rank_env
+from worker.launch_command import guard_command, rank_env
 
 
 def _imported(stderr: str) -> set[str]:
@@ -159,7 +159,7 @@ def test_packing_code_imports_no_database_and_no_settings() -> None:
 def test_a_project_cannot_stand_in_for_the_built_in_trainer(tmp_path: Path) -> None:
     """A built-in job's bundle (its model factory) is first on PYTHONPATH: its own `trainer.py` must not run in
     our trainer's place, and its other modules (here `core`) are still its own once the trainer runs."""
-    from worker.launch import trainer_command
+    from worker.launch_command import trainer_command
 
     project = tmp_path / "project"
     (project / "core").mkdir(parents=True)

@@ -1,7 +1,7 @@
 """Rendezvous ports that cannot be stolen (issue 20: 3 of 300 burst jobs failed because the port chosen by a
 bind-and-release `free_port()` was taken by another process before torchrun bound it).
 
-The launcher now picks a random port outside the kernel's ephemeral range (worker/launch.py `free_port`): the
+The launcher now picks a random port outside the kernel's ephemeral range (worker/launch_command.py `free_port`): the
 ports other processes are handed for `bind(port 0)` and outgoing connections never collide with it. A port
 taken anyway is retried on a fresh port for free at most PORT_RETRIES times, then counts like any failure
 with a message saying so (worker/decide.py `port_taken`), so a port that is always taken is not retried
@@ -20,7 +20,7 @@ import pytest
 from tests.support.commands import ROOT
 from worker.attempt import Ended
 from worker.decide import PORT_RETRIES, PORT_TAKEN_WORDS, Counting, Facts, Fail, Requeue, Standing, decide
-from worker.launch import RENDEZVOUS_PORTS, free_port, port_candidates
+from worker.launch_command import RENDEZVOUS_PORTS, free_port, port_candidates
 
 
 @pytest.mark.parametrize(
@@ -93,7 +93,7 @@ while True:  # the grabber: every port the kernel hands out for bind(port 0)
         break
     held.append(s)
 assert len(held) >= 900, len(held)
-from worker.launch import free_port
+from worker.launch_command import free_port
 failures = []
 for _ in range(50):
     try:

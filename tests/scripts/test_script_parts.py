@@ -92,7 +92,7 @@ def test_builtin_fields_next_to_an_entrypoint_are_refused_by_name(api) -> None:
 
 
 def test_command_runs_the_entrypoint_words_after_torchrun_options(tmp_path: Path) -> None:
-    from worker.launch import build_command
+    from worker.launch_command import build_command
 
     run = RunDir(tmp_path / "job_1")
     cmd = build_command(run, 1, 1, 2, 29500, parse_entrypoint("train.py --epochs 3"))
@@ -121,7 +121,7 @@ def test_workdir_shows_the_bundle_and_takes_the_scripts_writes(tmp_path: Path) -
 
 def test_job_env_names_the_run_dir_and_tensorboard_dir(api_settings, tmp_path: Path) -> None:
     from rankzero import env as job_env_names
-    from worker.launch import job_env, rank_env
+    from worker.launch_command import job_env, rank_env
 
     settings = api_settings()
     run = RunDir(settings.resolved_runs_dir / "job_7")

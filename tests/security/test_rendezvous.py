@@ -92,7 +92,7 @@ class _Payload:
 def test_a_forged_pickle_in_a_multi_node_jobs_store_does_nothing(launch_node) -> None:
     from torch.distributed import TCPStore
 
-    from worker.launch import Topology, free_port
+    from worker.launch_command import Topology, free_port
 
     port = free_port()
     ask = {"stay_s": 8, "end": 0}
@@ -152,7 +152,7 @@ def test_a_port_taken_failure_is_told_apart(tmp_path: Path, log: str, taken: boo
 @pytest.mark.parametrize("nodes", [1, 2])
 def test_torchrun_uses_the_static_rendezvous_at_the_registered_address(tmp_path: Path, nodes: int) -> None:
     from trainer.run_dir import RunDir
-    from worker.launch import Topology, build_command
+    from worker.launch_command import Topology, build_command
 
     topo = Topology(nproc=2, nnodes=nodes, node_rank=nodes - 1, endpoint="10.0.0.7:41000" if nodes > 1 else None)
     cmd = build_command(RunDir(tmp_path / "job_3"), 3, 2, topo, 29500)

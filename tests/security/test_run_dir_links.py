@@ -213,6 +213,7 @@ def test_a_resume_checkpoint_swapped_for_a_link_after_the_check_is_not_shown(
     is refused and nothing is shown."""
     from core.settings import Settings
     from worker import launch as launch_module
+    from worker import launch_command
 
     monkeypatch.setenv("RANKZERO_TRAINER_MODULE", "tests.support.sandbox_job")
     monkeypatch.delenv("RANKZERO_SANDBOX", raising=False)
@@ -236,6 +237,7 @@ def test_a_resume_checkpoint_swapped_for_a_link_after_the_check_is_not_shown(
         return found
 
     monkeypatch.setattr(launch_module, "resume_input", checked_then_swapped)
+    monkeypatch.setattr(launch_command, "resume_input", checked_then_swapped)  # job_env's own look-up
     run = RunDir(settings.resolved_runs_dir / "job_2")
     run.root.mkdir(parents=True)
     (run.root / "probe.json").write_text(json.dumps({"read": [str(checkpoint)]}))

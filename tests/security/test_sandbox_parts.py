@@ -106,7 +106,7 @@ def test_no_sandbox_off_warning_when_on_and_a_warning_when_off() -> None:
 def test_which_single_node_jobs_share_the_hosts_network(data: dict, network: str, shared: bool) -> None:
     from types import SimpleNamespace
 
-    from worker.launch import needs_network
+    from worker.launch_command import needs_network
 
     assert needs_network({"data": data}, SimpleNamespace(sandbox_network=network)) is shared
 
@@ -132,7 +132,7 @@ def test_the_checkpoint_it_resumes_from_is_its_one_read_only_file_of_another_run
 def test_which_resume_from_is_shown(tmp_path: Path, given: str | None, shown: bool) -> None:
     from types import SimpleNamespace
 
-    from worker.launch import resume_input
+    from worker.launch_command import resume_input
 
     runs = tmp_path / "runs"
     (runs / "job_1" / "checkpoints").mkdir(parents=True)

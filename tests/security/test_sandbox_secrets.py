@@ -44,7 +44,7 @@ def test_secret_paths_finds_what_exists(tmp_path: Path) -> None:
 def test_a_job_reads_nothing_of_etc_shadow(tmp_path: Path) -> None:
     from core.settings import Settings
     from trainer.run_dir import RunDir
-    from worker.launch import sandbox_view
+    from worker.launch_command import sandbox_view
 
     settings = Settings(data_dir=tmp_path / "data", runs_dir=tmp_path / "runs")  # pyright: ignore[reportCallIssue]
     run = RunDir(settings.resolved_runs_dir / "job_1")

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.support.procs import MARKER_ENV, end_everything, new_marker, stop_group
-from worker.launch import MARK_ENV
+from worker.launch_command import MARK_ENV
 from worker.resources import ResourceWatch, Sample
 
 # The launcher plays torchrun (the mark, no RANK); rank 0 holds 200 MiB and forks a worker that shares them

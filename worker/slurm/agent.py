@@ -31,7 +31,7 @@ from trainer.spec import JobSpec
 from worker import bundles, environments, errors, run_record
 from worker.console_feed import ConsoleFeed
 from worker.ingest import EventTail, Ingestor, TimedMetric
-from worker.launch import job_env, rank_env
+from worker.launch_command import job_env, rank_env
 from worker.script_jobs import entrypoint_values, script_job_env, script_workdir
 from worker.slurm import commands, rows
 from worker.slurm import environment as slurm_environment
