@@ -205,7 +205,8 @@ def ingest_measure(database_url: str, n: int) -> dict[str, Any]:
     from core import metric_rollup
     from core.db import get_engine
     from core.migrate import upgrade
-    from worker.ingest import EventTail, Ingestor
+    from worker.ingest import Ingestor
+    from worker.ingest_events import EventTail
 
     upgrade(database_url)
     engine = get_engine(database_url)

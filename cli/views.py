@@ -266,7 +266,7 @@ def series_summary(series: dict[str, Any]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-TIME_KEYED_PREFIX = "sys/"  # the worker's samples (worker/ingest.py SYSTEM_PREFIX): step = unix time in ms
+TIME_KEYED_PREFIX = "sys/"  # the worker's samples (worker/ingest_handlers.py SYSTEM_PREFIX): step = unix time in ms
 
 
 def series_step(name: str, step: Any) -> str:

@@ -4,13 +4,13 @@ Torch-free.
 This module is THE contract; the others derive from it instead of restating fields:
 - the writer: `EventLog.emit(EventType.x, **fields)` is typed per type from the TypedDicts below
   (trainer/events.py), so the type checker holds the trainer's and the SDK's (rankzero/) emit sites to them;
-- the worker's ingester (worker/ingest.py): a handler per member, each reading its event as its TypedDict
+- the worker's ingester (worker/ingest_handlers.py): a handler per member, each reading its event as its TypedDict
   (the ingester refuses to start with a type it has no handler for), progress columns from `JobProgress`;
 - the API's SSE stream (api/routes/stream.py): its `progress` event is a `JobProgress`.
 
 The wire format: one JSON object per line, the `Envelope` (seq, time, type) plus the type's fields.
 To add an event type: a member here, a TypedDict for its fields (and its row in `FIELDS`), the emit site,
-and a handler in `worker/ingest.py`'s table.
+and a handler in `worker/ingest_handlers.py`'s table.
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ from trainer.event_types import EventType
 from trainer.run_dir import RunDir
 from trainer.spec import JobSpec
 from worker.console_metrics import ConsoleMetrics, Point, compile_patterns
-from worker.ingest import Ingestor, TimedMetric
+from worker.ingest import Ingestor
+from worker.ingest_handlers import TimedMetric
 
 log = logging.getLogger("rankzero.worker")
 HOLD_S = 1.0

@@ -4,7 +4,7 @@ wait for GPUs → claim (queued → starting) → launch torchrun → running
 → loop { look (worker/watch.py) → stop_reason (worker/stop_reason.py) } → ranks ended
 → gather the facts → decide (worker/decide.py, pure) → apply (worker/outcome.py, the one write)
 
-What the trainer's events said about the attempt is `EventsSeen` (worker/ingest.py), one of the facts.
+What the trainer's events said about the attempt is `EventsSeen` (worker/ingest_handlers.py), one of the facts.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ the worker stops the ranks (SIGTERM: they save a checkpoint) and the job fails w
   wait between them included (a restart does not reset it, so `max_restarts` cannot stretch it).
 - `disk_limit_mb` (spec; default RANKZERO_JOB_DISK_LIMIT_MB, 0 none): the run dir's allocated size,
   measured once per heartbeat. The run dir is the one place a sandboxed job can write that outlives it.
-- an `events.jsonl` line over 1 MiB (worker/ingest.py MAX_EVENT_LINE): the worker never holds it; the job
+- an `events.jsonl` line over 1 MiB (worker/ingest_events.py MAX_EVENT_LINE): the worker never holds it; the job
   fails, since a dropped event could be the one that says how it ended (a demanding user would rather
   read why than get a curve with a silent hole).
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from core.settings import Settings
 from trainer.spec import JobSpec
-from worker.ingest import MAX_EVENT_LINE
+from worker.ingest_events import MAX_EVENT_LINE
 
 MIB = 1 << 20
 MAX_WALK_ENTRIES = 1_000_000  # a run dir with more entries than this counts as over any limit

@@ -41,7 +41,7 @@ from typing import Any
 
 from trainer.event_types import EventType
 from worker import sandbox
-from worker.ingest import TimedMetric
+from worker.ingest_handlers import TimedMetric
 from worker.procs import pids_with_mark
 
 log = logging.getLogger(__name__)

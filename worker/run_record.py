@@ -25,7 +25,8 @@ from core.tables import Checkpoint
 from trainer import checkpoint_files
 from trainer.event_types import EventType
 from trainer.run_dir import RunDir
-from worker.ingest import EventTail, Ingestor
+from worker.ingest import Ingestor
+from worker.ingest_events import EventTail
 
 
 def read_events(run: RunDir) -> Iterator[dict[str, Any]]:

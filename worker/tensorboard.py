@@ -28,7 +28,7 @@ from tensorboard.compat.proto import event_pb2
 
 from core import run_files
 from trainer.event_types import EventType
-from worker.ingest import TimedMetric
+from worker.ingest_handlers import TimedMetric
 
 log = logging.getLogger("rankzero.worker")
 FILE_GLOB = "*tfevents*"

@@ -27,7 +27,9 @@ from trainer.event_types import EventType
 from worker import drain, script_jobs
 from worker.attempt import Attempt, Seen
 from worker.console_feed import ConsoleFeed
-from worker.ingest import EventTail, Ingestor, SeriesCaps, TimedMetric
+from worker.ingest import Ingestor
+from worker.ingest_events import EventTail
+from worker.ingest_handlers import SeriesCaps, TimedMetric
 from worker.quota import Quota, QuotaWatch
 from worker.resources import ResourceWatch
 from worker.tensorboard import TensorBoardTail

@@ -19,7 +19,7 @@ from rankzero import env
 from trainer.entrypoint import parse_entrypoint
 from trainer.spec import JobSpec
 from worker.errors import _exception_line
-from worker.ingest import step_from_metrics
+from worker.ingest_handlers import step_from_metrics
 from worker.script_jobs import script_job_env
 
 CODE = "sha256:" + "a" * 64

@@ -116,7 +116,8 @@ def test_the_worker_ingester_accepts_the_events(restarted, sqlite_url):
     from core.db import get_engine
     from core.migrate import upgrade
     from core.tables import Checkpoint, Job, JobStatus, MetricPoint
-    from worker.ingest import EventTail, Ingestor
+    from worker.ingest import Ingestor
+    from worker.ingest_events import EventTail
 
     upgrade(sqlite_url)
     engine = get_engine(sqlite_url)

@@ -26,7 +26,7 @@ from core import run_files
 from trainer.run_dir import RunDir
 from worker import errors, sandbox
 from worker.console_feed import ConsoleFeed, console_series
-from worker.ingest import EventTail
+from worker.ingest_events import EventTail
 
 SECRET = "the-worker-secret-0123456789abcdef"
 

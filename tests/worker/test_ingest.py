@@ -67,7 +67,8 @@ def test_ingest_is_idempotent_and_skips_replays(database_url, tmp_path):
 
 
 def test_partial_line_waits_and_checkpoints_recorded(database_url, tmp_path):
-    from worker.ingest import EventTail, Ingestor
+    from worker.ingest import Ingestor
+    from worker.ingest_events import EventTail
 
     job_id = _job(database_url)
     engine = get_engine(database_url)
@@ -102,7 +103,8 @@ def test_partial_line_waits_and_checkpoints_recorded(database_url, tmp_path):
 def test_system_samples_keyed_by_unix_milliseconds_fold_on_every_database(database_url):
     """A system sample's step is its unix time in ms (worker/resources.py `sample_key`): far past int4, so
     the rollups' bucket arithmetic must stay BIGINT (PostgreSQL bound small ints as int4 and overflowed)."""
-    from worker.ingest import Ingestor, TimedMetric
+    from worker.ingest import Ingestor
+    from worker.ingest_handlers import TimedMetric
     from worker.resources import sample_key
 
     job_id = _job(database_url)

@@ -11,7 +11,7 @@ import pytest
 from core.tables import Job
 from trainer.event_types import FIELDS, PROGRESS_COUNTS, PROGRESS_RATES, Envelope, EventType, JobProgress
 from trainer.events import EventLog
-from worker.ingest import HANDLERS
+from worker.ingest_handlers import HANDLERS
 
 
 def test_every_event_type_has_fields_and_a_handler() -> None:
@@ -50,7 +50,7 @@ def test_a_line_is_the_envelope_and_the_declared_fields(tmp_path, kind: EventTyp
 
 
 def test_a_line_that_never_ends_is_dropped_and_the_tail_stays_bounded(tmp_path) -> None:
-    from worker.ingest import MAX_EVENT_LINE, EventTail
+    from worker.ingest_events import MAX_EVENT_LINE, EventTail
 
     path = tmp_path / "events.jsonl"
     path.write_bytes(b'{"seq": 1, "type": "progress", "step": 1}\n')

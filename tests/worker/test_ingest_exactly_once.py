@@ -72,7 +72,8 @@ def _ingested_seq(url: str, job_id: int) -> int:
 
 def _run_worker(url: str, job_id: int, events: Path) -> int:
     """A worker (re)started: a new tail from offset 0 and a new ingester, until the file is read. Points written."""
-    from worker.ingest import EventTail, Ingestor
+    from worker.ingest import Ingestor
+    from worker.ingest_events import EventTail
 
     tail, ingestor, new = EventTail(events), Ingestor(get_engine(url), job_id), 0
     while batch := tail.read():
@@ -131,20 +132,20 @@ def test_a_crash_between_the_points_and_the_offset_commit_loses_and_doubles_noth
 
 
 def test_a_crash_inside_the_bulk_write_leaves_no_part_of_the_batch(database_url, tmp_path, monkeypatch):
-    from worker import ingest
+    from worker import ingest, ingest_copy
 
     job_id = _job(database_url)
     events = tmp_path / "events.jsonl"
     _write_events(events, 0, LARGE)
     if database_url.startswith("postgresql"):  # the COPY is open while the events are read: die midway
-        send = ingest._PointStream.send
+        send = ingest_copy.PointStream.send
 
         def send_then_crash(self: Any) -> None:
             send(self)
             if self.sent > LARGE // 2:
                 raise Crash
 
-        monkeypatch.setattr(ingest._PointStream, "send", send_then_crash)
+        monkeypatch.setattr(ingest_copy.PointStream, "send", send_then_crash)
     else:
         insert = ingest.Ingestor._insert_points
 

@@ -30,7 +30,9 @@ from trainer.run_dir import RunDir, job_run_dir
 from trainer.spec import JobSpec
 from worker import bundles, environments, errors, run_record
 from worker.console_feed import ConsoleFeed
-from worker.ingest import EventTail, Ingestor, TimedMetric
+from worker.ingest import Ingestor
+from worker.ingest_events import EventTail
+from worker.ingest_handlers import TimedMetric
 from worker.launch_command import job_env, rank_env
 from worker.script_jobs import entrypoint_values, script_job_env, script_workdir
 from worker.slurm import commands, rows
