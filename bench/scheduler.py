@@ -4,7 +4,7 @@
         [--seed 1] [--no-service] [--sizes 1000x50x200,1000x500x2000,10000x500x2000] [--size-rounds 5]
 
 0. Before / after (issue 29): at each of `--sizes` (queued × hosts × running), one pass of today's indexed
-   `plan` beside the full pass it replaced (core/placement_reference.py `plan_reference`, the baseline),
+   `plan` beside the full pass it replaced (tests/scheduler/placement_reference.py `plan_reference`, the baseline),
    alternating, `--size-rounds` rounds of each, on the same inputs; CPU and wall medians and their ratio.
    Both passes decide the same plan (checked here once per size, and by tests/scheduler/
    test_placement_equivalence.py). Target: ≤ 100 ms CPU at 10 000 × 500 × 2 000. What is timed is the
@@ -53,8 +53,8 @@ sys.path.insert(0, str(ROOT))
 from dataclasses import replace  # noqa: E402
 
 from core.placement import HostView, NodeUse, Team, Usage, Waiting, plan  # noqa: E402
-from core.placement_reference import plan_reference  # noqa: E402
 from core.quotas import Quota  # noqa: E402
+from tests.scheduler.placement_reference import plan_reference  # noqa: E402
 from trainer.spec import JobSpec  # noqa: E402
 
 TARGET_MS = 50.0
@@ -181,7 +181,8 @@ def _one_cpu_ms(fn: Callable[[], object]) -> tuple[float, float]:
 def before_after(args: argparse.Namespace) -> None:
     """The indexed pass beside the full pass it replaced, at each size, alternating rounds."""
     print(
-        "\n0. one placement pass, before (core/placement_reference.py, the full pass) and after (core/placement.py)\n"
+        "\n0. one placement pass, before (tests/scheduler/placement_reference.py, the full pass) and after "
+        "(core/placement.py)\n"
         f"   {args.size_rounds} alternating rounds of each after a warm-up; medians; ms\n"
     )
     print(

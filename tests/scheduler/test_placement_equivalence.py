@@ -1,5 +1,5 @@
 """The indexed placement pass (core/placement.py `plan`) decides exactly what today's full pass
-(core/placement_reference.py `plan_reference`) decides, on random clusters and queues (issue 29).
+(tests/scheduler/placement_reference.py `plan_reference`) decides, on random clusters and queues (issue 29).
 
 Hypothesis is not pinned in the test extras, so the cases come from a seeded generator: many small
 clusters (few hosts, so that jobs collide: gangs, elastic fits, reservations, preemption and quotas all
@@ -16,8 +16,8 @@ import random
 import pytest
 
 from core.placement import HostView, NodeUse, Plan, Team, Usage, Waiting, plan
-from core.placement_reference import plan_reference
 from core.quotas import Quota
+from tests.scheduler.placement_reference import plan_reference
 from trainer.spec import JobSpec
 
 POOLS = ("default", "default", "default", "big")

@@ -1,10 +1,10 @@
 """Today's full placement pass, kept verbatim as the specification of the fast one (issue 29).
 
 `plan_reference` is `core/placement.py`'s `plan` as it was before the pass was indexed: every job of the
-queue considered in order, scanning the hosts of its pool. It is not used by the scheduler. Two things
-read it: tests/scheduler/test_placement_equivalence.py, which runs it beside `plan` on random clusters and
-queues and requires identical decisions, and bench/scheduler.py, which times it as the baseline of the
-fast pass. Change a rule in both modules, or the equivalence test fails.
+queue considered in order, scanning the hosts of its pool. It is not used by the scheduler, so it lives in
+tests/, not in the product. Two things read it: tests/scheduler/test_placement_equivalence.py, which runs it
+beside `plan` on random clusters and queues and requires identical decisions, and bench/scheduler.py, which
+times it as the baseline of the fast pass. Change a rule in both, or the equivalence test fails.
 
 The types (HostView, Usage, Waiting, Team, Placement, Plan, …) are core/placement.py's, so the two plans
 compare with ==.
