@@ -36,7 +36,6 @@ from worker.ingest_handlers import (
     write_metric,
 )
 
-
 BATCH = 20_000  # events per transaction
 COPY_THRESHOLD = 500  # PostgreSQL: from this many points on, COPY beats INSERT … VALUES
 STREAM_EVERY = 1_000  # PostgreSQL: events handled between two hand-overs of their points to the open COPY

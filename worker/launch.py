@@ -73,7 +73,6 @@ def die_with_supervisor() -> Callable[[], None] | None:
     return preexec
 
 
-
 @dataclass
 class Launched:
     proc: subprocess.Popen[bytes]
@@ -83,7 +82,6 @@ class Launched:
     launcher_log: Path
     # Not None when the attempt runs unsandboxed (RANKZERO_SANDBOX=off): the line every job page shows.
     warning: str | None = None
-
 
 
 def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get the worker's env settings)
@@ -243,7 +241,6 @@ def _last_rankzero_line(path: Path, root: Path) -> str | None:
     return said[-1] if said else None
 
 
-
 def open_inputs(paths: tuple[Path, ...], settings: Settings) -> tuple[tuple[int, Path], ...]:
     """Each input opened read-only from the runs dir down with no link followed (core/run_files.py), for bwrap
     to bind by descriptor: resume_input's check and the mount then see the same file, whatever the job that
@@ -261,7 +258,6 @@ def _close(fds: tuple[tuple[int, Path], ...]) -> None:
     for fd, _ in fds:
         with contextlib.suppress(OSError):
             os.close(fd)
-
 
 
 # How torchrun's log reads when the master port was taken between `free_port()` and its bind.

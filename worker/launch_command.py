@@ -63,7 +63,6 @@ def guard_command(module: str) -> list[str]:
     return [sys.executable, "-I", "-S", "-c", run]
 
 
-
 SANDBOXED_MASTER_PORT = 29500  # torchrun's default; inside the attempt's own network namespace, always free
 
 
@@ -140,7 +139,6 @@ class Topology:
             f"--master-addr={address.strip('[]')}",
             f"--master-port={master_port}",
         ]
-
 
 
 def node_log_dir(run: RunDir, attempt: int, node_rank: int) -> Path:
@@ -237,6 +235,7 @@ def rank_env(
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SERVICE_ROOT, env.get("PYTHONPATH", "")) if p)
     return env
 
+
 def memory_limit_mb(spec: dict, settings: Settings) -> int | None:
     """The job's memory limit, for the kernel to enforce: its spec's, else the server's default."""
     own = spec.get("memory_limit_mb")
@@ -262,7 +261,6 @@ def resume_input(spec: dict, settings: Settings) -> tuple[Path, ...]:
     path = (runs / given).resolve()  # an absolute `given` stays itself
     inside = path != runs and runs in path.parents
     return (path,) if inside and path.is_file() else ()
-
 
 
 def sandbox_view(  # noqa: PLR0913 (one parameter per part of the view)
