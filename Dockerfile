@@ -29,8 +29,8 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 RUN groupadd --system --gid 1000 rankzero \
  && useradd --system --uid 1000 --gid rankzero --home-dir /home/rankzero --create-home rankzero \
- && mkdir -p /app /data /runs /datasets \
- && chown rankzero:rankzero /data /runs /datasets \
+ && mkdir -p /app /data /runs /datasets /environments \
+ && chown rankzero:rankzero /data /runs /datasets /environments \
  && chmod 0700 /data
 WORKDIR /app
 # Dependencies first (a layer that survives code and README edits): install the pinned set, then the code.

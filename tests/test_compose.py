@@ -86,6 +86,17 @@ def test_shared_runs_volume_and_migrations_first(compose: dict) -> None:
     assert "upgrade" in " ".join(s["migrate"]["command"])
 
 
+def test_worker_security_files_exist(compose: dict) -> None:
+    """The seccomp profile the worker names is read by Compose from the project folder (not the image)."""
+    import json
+
+    opts = compose["services"]["worker"]["security_opt"]
+    profiles = [o.split("=", 1)[1] for o in opts if o.startswith("seccomp=")]
+    assert profiles == ["./deploy/seccomp/worker.json"]
+    assert json.loads((ROOT / profiles[0]).read_text())["defaultAction"] == "SCMP_ACT_ERRNO"
+    assert "privileged" not in compose["services"]["worker"] and "cap_add" not in compose["services"]["worker"]
+
+
 def test_healthchecks(compose: dict) -> None:
     for name in ("api", "worker", "redis", "postgres"):
         assert compose["services"][name]["healthcheck"]["test"], name

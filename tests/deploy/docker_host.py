@@ -1,9 +1,9 @@
 """A Docker engine and the base images the project's Dockerfile and docker-compose.yml name, on a
 machine that has neither a running daemon nor a reachable registry (CI).
 
-- `ensure_engine()`: Debian's docker.io and docker-compose (v1.29) installed where absent; a daemon
-  started where none answers, with no bridge and no iptables rules (containers use host networking).
-  It returns a `stop` for what it started, and nothing else.
+- `ensure_engine()`: Debian's docker.io (and debootstrap) installed where absent; a daemon started where
+  none answers, with no bridge and no iptables rules (containers use host networking). It returns a
+  `stop` for what it started, and nothing else. Compose is v2, from PyPI: tests/deploy/compose_v2.py.
 - `ensure_bases()`: stand-ins for python:3.11-slim-bookworm, node:22-bookworm-slim, postgres:16-bookworm
   and redis:7.4-alpine, built from Debian packages (debootstrap --variant=minbase bookworm → docker
   import → tests/deploy/standins/*/Dockerfile) and tagged with those exact names. They carry this
@@ -51,16 +51,8 @@ def engine_answers() -> bool:
     return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
 
 
-def compose_command() -> list[str]:
-    """`docker compose` (v2) where the plugin exists, else `docker-compose` (v1.29, Debian's)."""
-    if subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=30).returncode == 0:
-        return ["docker", "compose"]
-    return ["docker-compose"]
-
-
 def _install_packages() -> None:
-    missing = [p for p, exe in (("docker.io", "dockerd"), ("docker-compose", "docker-compose"),
-                                ("debootstrap", "debootstrap")) if shutil.which(exe) is None]  # fmt: skip
+    missing = [p for p, exe in (("docker.io", "dockerd"), ("debootstrap", "debootstrap")) if shutil.which(exe) is None]
     if shutil.which("docker") is None and "docker.io" not in missing:
         missing.append("docker.io")
     if missing:
@@ -75,13 +67,9 @@ def ensure_engine() -> Callable[[], None]:
     if engine_answers():
         return lambda: None
     log = tempfile.NamedTemporaryFile(prefix="rankzero-dockerd-", suffix=".log", delete=False)  # noqa: SIM115 (open while dockerd runs)
-    # The stand-in NVIDIA hook on its PATH: dockerd registers its "nvidia" device driver only when it finds
-    # that program at start, so the compose worker's GPU reservation runs as on a GPU box.
-    stand_in_hook = Path(__file__).parent / "bin"
-    env = os.environ | {"PATH": f"{stand_in_hook}{os.pathsep}{os.environ.get('PATH', '')}"}
     proc = subprocess.Popen(
         ["dockerd", "--bridge=none", "--iptables=false", "--ip6tables=false"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     for _ in range(120):
         if engine_answers():

@@ -16,7 +16,7 @@ import pytest
 from tests.support.ports import free_port
 from tests.support.procs import alive, end_everything, new_marker, processes
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("docker")]  # the folder runs in one xdist worker
 
 ROOT = Path(__file__).resolve().parents[2]
 RANKZERO = str(Path(sys.executable).with_name("rankzero"))
