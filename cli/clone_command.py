@@ -51,7 +51,7 @@ def clone(  # noqa: PLR0913 (one parameter per command-line option)
     """Submit a copy of JOB's spec; its own packages keep JOB's locked versions unless --relock."""
     from cli.client import CliError
     from cli.job_commands import _follow_to_end, _print_queued
-    from cli.sweep_commands import with_overrides
+    from cli.spec_input import with_overrides
     from core.resume import derived_name
 
     client = client_for(url, token)

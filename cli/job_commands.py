@@ -22,21 +22,8 @@ import typer
 from cli import views
 from cli.app import TokenOpt, UrlOpt, app, call, client_for, console, err, fail
 from cli.client import Api, CliError
+from cli.spec_input import load_spec, with_overrides
 from cli.terminal import for_output
-from trainer.spec_text import SpecTextError, load_spec_text
-
-
-def _load_spec(path: Path) -> dict[str, Any]:
-    """The spec mapping in a YAML or JSON file (`-`: standard input), read by the one spec-text loader the API
-    and trainer use."""
-    try:
-        text = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
-    except OSError as exc:
-        fail(f"cannot read {path}: {exc}")
-    try:
-        return load_spec_text(text, filename=path.name)
-    except SpecTextError as exc:
-        fail(f"{path}: {exc}; see `rankzero schema`")
 
 
 @app.command()
@@ -66,12 +53,10 @@ def submit(  # noqa: PLR0913 (one parameter per command-line option)
     ] = None,
 ) -> None:
     """Submit a job (SPEC `-` reads it from standard input)."""
-    from cli.sweep_commands import with_overrides
-
     if include and code is None:
         fail("--include chooses files of the --code folder: give --code DIR too")
     client = client_for(url, token)
-    body = with_overrides(_load_spec(spec), set_ or [], name)
+    body = with_overrides(load_spec(spec), set_ or [], name)
     if code is not None:
         from cli.code import requirements_notice, upload_code
 

@@ -1,4 +1,4 @@
-"""Sweep commands, and `submit --set`: `rankzero sweep FILE`, `rankzero sweep show|cancel|pause|resume|extend ID`,
+"""Sweep commands: `rankzero sweep FILE`, `rankzero sweep show|cancel|pause|resume|extend ID`,
 `rankzero sweeps` (REST: api/routes/sweeps.py)."""
 
 # No `from __future__ import annotations` in a module of commands: typer reads every command's annotations
@@ -12,43 +12,10 @@ import typer
 from cli import views
 from cli.app import TokenOpt, UrlOpt, app, call, client_for, console, fail
 
-if TYPE_CHECKING:  # rich and yaml are imported where used: not at a command's start (issue 29)
+if TYPE_CHECKING:  # rich is imported where used: not at a command's start (issue 29)
     from rich.table import Table
 
 ACTIONS = ("show", "cancel", "pause", "resume", "extend")
-MAX_SETS = 64
-
-
-def with_overrides(spec: dict[str, Any], assignments: list[str], name: str | None) -> dict[str, Any]:
-    """`spec` with each `path=value` set (the value read as a YAML scalar: 0.01, true, adamw) and `name`."""
-    if not assignments and name is None:
-        return dict(spec)  # nothing to set: the spec model (pydantic) and yaml are not even imported (issue 29)
-    import re
-
-    import yaml
-
-    from core.sweeps.space import set_path  # imports pydantic: only where used (issue 29, a fast CLI start)
-    from trainer.spec import NAME_PATTERN, PARAM_NAME
-
-    if len(assignments) > MAX_SETS:
-        fail(f"--set given {len(assignments)} times; the limit is {MAX_SETS}", 2)
-    out = dict(spec)
-    for item in assignments:
-        path, eq, raw = item.partition("=")
-        if not eq or not PARAM_NAME.match(path):
-            fail(f"--set {item[:80]!r}: write PATH=VALUE with a dotted spec path, e.g. optimizer.lr=0.01", 2)
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            value = raw
-        if isinstance(value, (dict, list)) or value is None:
-            value = raw  # a scalar only: `{a: 1}` or `~` is kept as the text given
-        out = set_path(out, path, value)
-    if name is not None:
-        if not re.match(NAME_PATTERN, name):
-            fail(f"--name {name[:80]!r}: letters, digits, '.', '_' or '-', at most 100 characters", 2)
-        out["name"] = name
-    return out
 
 
 @app.command()
@@ -76,9 +43,9 @@ def sweep(
         return
     from rich.text import Text
 
-    from cli.job_commands import _load_spec
+    from cli.spec_input import load_spec
 
-    body = _load_spec(Path(what))
+    body = load_spec(Path(what))
     row = call(lambda: client.post("/sweeps", json=body))
     console.print(
         Text.assemble(

@@ -9,7 +9,7 @@ import pytest
 import typer
 
 from cli import views
-from cli.job_commands import _load_spec
+from cli.spec_input import load_spec
 from core.job_state import TERMINAL
 
 ELASTIC = {
@@ -70,7 +70,7 @@ def test_a_bad_spec_file_fails_saying_what_to_fix(
     path = tmp_path / name
     path.write_text(text)
     with pytest.raises(typer.Exit) as exited:
-        _load_spec(path)
+        load_spec(path)
     assert exited.value.exit_code == 1
     message = capsys.readouterr().err
     assert says in message and str(path) in message.replace("\n", "")
@@ -78,9 +78,9 @@ def test_a_bad_spec_file_fails_saying_what_to_fix(
 
 def test_a_spec_file_reads_as_its_mapping(tmp_path: Path) -> None:
     (tmp_path / "spec.yaml").write_text("name: digits\nmax_steps: 5\nargs: {hidden: [64, 32]}\n")
-    assert _load_spec(tmp_path / "spec.yaml") == {"name": "digits", "max_steps": 5, "args": {"hidden": [64, 32]}}
+    assert load_spec(tmp_path / "spec.yaml") == {"name": "digits", "max_steps": 5, "args": {"hidden": [64, 32]}}
     with pytest.raises(typer.Exit):
-        _load_spec(tmp_path / "missing.yaml")
+        load_spec(tmp_path / "missing.yaml")
 
 
 def test_hosts_table_shows_free_capacity_state_and_jobs() -> None:

@@ -12,7 +12,8 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from cli.sweep_commands import trials_table, with_overrides
+from cli.spec_input import with_overrides
+from cli.sweep_commands import trials_table
 from trainer.spec import JobSpec
 
 CODE = "sha256:" + "a" * 64
@@ -102,8 +103,8 @@ def test_submit_reads_the_spec_from_stdin(monkeypatch: pytest.MonkeyPatch) -> No
     import io
     import sys
 
-    from cli.job_commands import _load_spec
+    from cli.spec_input import load_spec
 
     stdin = io.TextIOWrapper(io.BytesIO(b"name: from-stdin\nmax_steps: 5\n"))
     monkeypatch.setattr(sys, "stdin", stdin)
-    assert _load_spec(Path("-")) == {"name": "from-stdin", "max_steps": 5}
+    assert load_spec(Path("-")) == {"name": "from-stdin", "max_steps": 5}
