@@ -74,6 +74,11 @@ class Settings(BaseSettings):
     api_token: SecretStr | None = Field(
         None, description="Bearer token; default: generated once and kept in the data dir."
     )
+    worker_token: SecretStr | None = Field(
+        None,
+        description="A worker host's own credential (`rankzero workers add HOST`, issue 34): what it sends the API to "
+        "ship and fetch files; default: the server token (an embedded, single-host set-up).",
+    )
     host: str = Field("127.0.0.1", description="API bind address.")
     allowed_hosts: str = Field(
         "",
@@ -283,6 +288,29 @@ class Settings(BaseSettings):
     )
     sandbox_pids_max: int = Field(
         16384, ge=64, description="Most processes and threads one attempt's sandbox may hold (its cgroup's pids limit)."
+    )
+    # Issue 34: a root worker's jobs run as these ids (worker/sandbox_ids.py); a non-root worker's as its own
+    # uid in a user namespace. Pick ids no account uses (65533: reserved by Debian's policy, and not 65534,
+    # `nobody`, which ext4's reserved blocks may name, resuid=65534).
+    sandbox_uid: int = Field(
+        65533,
+        ge=1,
+        le=2**31 - 2,
+        description="The uid a root worker's jobs run as (never 0; no account should use it).",
+    )
+    sandbox_gid: int = Field(
+        65533,
+        ge=1,
+        le=2**31 - 2,
+        description="The gid a root worker's jobs run as; their bundle, environment and data sets are made readable "
+        "to this group (never 0; no other account should be in it).",
+    )
+    job_memory_fraction: float = Field(
+        0.75,
+        gt=0,
+        le=1,
+        description="Every job's memory limit when neither its spec nor RANKZERO_JOB_MEMORY_LIMIT_MB sets one, and the "
+        "most either may set: this fraction of the host's memory (its /tmp and /dev/shm count).",
     )
     # --- a job's quotas (issue 19 items 4, 6: worker/quota.py, worker/bundle_cache.py; docs/security.md "Quotas") ---
     job_disk_limit_mb: int = Field(

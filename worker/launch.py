@@ -166,6 +166,7 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
             mark,
             memory_limit_mb(spec, settings),
             settings.sandbox_pids_max,
+            settings=settings,
         )
     except BaseException:
         _close(input_fds)
@@ -182,7 +183,7 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
                 cwd=cwd,
                 start_new_session=True,  # its own process group: a signal to the group reaches torchrun, never us
                 preexec_fn=box.preexec(),
-                pass_fds=(box.watch_read, *(fd for fd, _ in input_fds)),
+                pass_fds=(*box.pass_fds, *(fd for fd, _ in input_fds)),
             )
     except BaseException:
         box.started(None)

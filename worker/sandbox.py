@@ -33,16 +33,21 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
-from worker import sandbox_cgroup
+from core.settings import Settings
+from worker import sandbox_cgroup, sandbox_ids, sandbox_limits, sandbox_probe, sandbox_seccomp
 
 log = logging.getLogger(__name__)
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
 SANDBOX_TMP = "/tmp"  # private tmpfs; also the ranks' $HOME (the real one is not in the view)
+SANDBOX_SHM = "/dev/shm"  # private tmpfs (POSIX shared memory, torch's DataLoader workers)
+# /proc files a job has no business with: covered by /dev/null where this kernel has them (issue 34).
+# /proc/sys is made read-only as a whole (bwrap's own cover skips it: the folder itself is never writable).
+PROC_MASKED = ("/proc/kcore", "/proc/sysrq-trigger", "/proc/timer_list", "/proc/keys", "/proc/key-users")
 # Secrets of the host inside the system dirs shown read-only: masked (a file by /dev/null, a folder by an empty
 # tmpfs). A worker that runs as root (a container, this service's compose) runs its jobs as uid 0 without
 # capabilities, and uid 0 owns these files: before, a job read /etc/shadow, and would have read the
@@ -93,6 +98,11 @@ class View:
     host_network: bool = False  # False: a network namespace with loopback only
     devices: tuple[Path, ...] = ()  # GPU device nodes
     as_root: bool = True  # False: a user namespace too
+    # Issue 34: (uid, gid) a root worker's job switches to in its first process (worker/sandbox_ids.py); None:
+    # a non-root worker's job, its own uid in a user namespace of its own. Set by `prepare`.
+    run_as: tuple[int, int] | None = None
+    tmp_bytes: int | None = None  # the size of /tmp and of /dev/shm (None: the kernel's default, half the RAM)
+    proc_masked: tuple[str, ...] = ()  # PROC_MASKED files this host has
     system: tuple[tuple[str, str | None], ...] = field(default=())  # (path, symlink target or None)
     masked: tuple[tuple[str, bool], ...] = ()  # (path, is a folder): host secrets in the system dirs, hidden
 
@@ -115,7 +125,19 @@ def _namespace_args(view: View) -> list[str]:
         args.append("--unshare-net")
     if not view.as_root:
         args.append("--unshare-user")
-    return [*args, "--cap-drop", "ALL"]
+    args += ["--cap-drop", "ALL"]
+    if view.run_as is not None:  # for the job's first process to switch ids; the switch clears them
+        uid, gid = view.run_as
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
+                 "--setenv", sandbox_ids.RUN_AS_ENV, f"{uid}:{gid}"]  # fmt: skip
+    return args
+
+
+def _bind(flag: str, source: str, dest: str) -> list[str]:
+    """A bind whose parent folders bwrap makes 0755 (`--dir`): without it Debian's bwrap 0.8 makes them 0700,
+    closed to a job that is not root (it could not reach /root/.pyenv's interpreter)."""
+    parent = str(Path(dest).parent)
+    return (["--dir", parent] if parent != "/" else []) + [flag, source, dest]
 
 
 def _mount_args(view: View) -> list[str]:
@@ -128,22 +150,33 @@ def _mount_args(view: View) -> list[str]:
         shown += [Path(path)] if target is None else []
     for path, is_dir in view.masked:
         args += ["--tmpfs", path] if is_dir else ["--ro-bind", "/dev/null", path]
-    args += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", "/sys", "/sys", "--tmpfs", SANDBOX_TMP]
+    args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
+    args += [a for f in view.proc_masked for a in ("--ro-bind", "/dev/null", f)]
+    args += ["--dev", "/dev", "--ro-bind", "/sys", "/sys"]
+    size = ["--size", str(view.tmp_bytes)] if view.tmp_bytes is not None else []
+    for tmp in (SANDBOX_TMP, SANDBOX_SHM):  # sticky and world-writable, as a /tmp is: the job is not root
+        args += ["--perms", "1777", *size, "--tmpfs", tmp]
     for d in view.runtime_dirs:
-        args += ["--ro-bind", str(d), str(d)]
+        args += _bind("--ro-bind", str(d), str(d))
         shown.append(d)
     args += [a for h in view.hidden if any(_under(h, s) for s in shown) for a in ("--tmpfs", str(h))]
     args += [a for dev in view.devices for a in ("--dev-bind", str(dev), str(dev))]
     if view.datasets_dir is not None:
-        args += ["--ro-bind", str(view.datasets_dir), str(view.datasets_dir)]
-    args += [a for root in view.dataset_roots for a in ("--ro-bind-try", str(root), str(root))]
+        args += _bind("--ro-bind", str(view.datasets_dir), str(view.datasets_dir))
+    args += [a for root in view.dataset_roots for a in _bind("--ro-bind-try", str(root), str(root))]
     if view.code_dir is not None:
-        args += ["--ro-bind", str(view.code_dir), str(view.code_dir)]
-    args += [a for f in view.inputs for a in ("--ro-bind", str(f), str(f))]
-    args += [a for fd, f in view.input_fds for a in ("--ro-bind-fd", str(fd), str(f))]
+        args += _bind("--ro-bind", str(view.code_dir), str(view.code_dir))
+    args += [a for f in view.inputs for a in _bind("--ro-bind", str(f), str(f))]
+    args += [a for fd, f in view.input_fds for a in _bind("--ro-bind-fd", str(fd), str(f))]
     if view.environment_dir is not None:  # after the masks: it lies in the (hidden) data dir
-        args += ["--ro-bind", str(view.environment_dir), str(view.environment_dir)]
-    return [*args, "--bind", str(view.run_dir), str(view.run_dir)]
+        args += _bind("--ro-bind", str(view.environment_dir), str(view.environment_dir))
+    args += _bind("--bind", str(view.run_dir), str(view.run_dir))
+    return [*args, "--remount-ro", "/"]  # the sandbox's own root: nothing to write there
+
+
+def proc_masked(names: Iterable[str] = PROC_MASKED) -> tuple[str, ...]:
+    """The PROC_MASKED files this kernel has (bwrap cannot cover one that is missing)."""
+    return tuple(n for n in names if os.path.exists(n))
 
 
 def system_dirs(names: Iterable[str] = SYSTEM_DIRS) -> tuple[tuple[str, str | None], ...]:
@@ -205,16 +238,40 @@ def probe() -> str | None:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return "bubblewrap (bwrap) is not installed"
-    test = [bwrap, *bwrap_args(View(run_dir=Path("/tmp"), cwd=Path("/"), system=system_dirs(),
-                                    as_root=os.geteuid() == 0)), "true"]  # fmt: skip
+    root = os.geteuid() == 0
     try:
-        done = subprocess.run(test, capture_output=True, timeout=30, check=False)
+        seccomp_fd = sandbox_seccomp.memfd()
+    except OSError as exc:
+        return str(exc)
+    # The job's view of the runtime, as the job's user (a root worker's: RANKZERO_SANDBOX_UID/GID), under the
+    # filter: a runtime that user cannot read fails here, at the worker's start, not in every job.
+    run_as = _job_ids() if root else None
+    view = View(run_dir=Path("/tmp"), cwd=Path("/"), system=system_dirs(), as_root=root,
+                runtime_dirs=runtime_dirs(""), run_as=run_as, proc_masked=proc_masked())  # fmt: skip
+    repo = str(Path(__file__).resolve().parent.parent)
+    check = f"import sys; sys.path.insert(0, {repo!r}); from worker.sandbox_probe import inner; sys.exit(inner())"
+    test = [bwrap, "--seccomp", str(seccomp_fd), *bwrap_args(view), sys.executable, "-I", "-c", check]
+    try:
+        done = subprocess.run(test, capture_output=True, timeout=60, check=False, pass_fds=(seccomp_fd,),
+                              preexec_fn=_bwrap_umask)  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap could not run ({exc})"
+    finally:
+        os.close(seccomp_fd)
     if done.returncode != 0:
-        why = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit {done.returncode}"]
-        return f"bwrap cannot create namespaces here ({why[0]})"
+        stderr = done.stderr.decode(errors="replace")
+        return sandbox_probe.why(stderr, done.returncode, root=root, sysctls=sandbox_probe.read_sysctls())
     return None
+
+
+def _job_ids() -> tuple[int, int]:
+    settings = _settings()  # the probe runs once, with the process's settings
+    return settings.sandbox_uid, settings.sandbox_gid
+
+
+def _bwrap_umask() -> None:
+    # bwrap makes its mount points with the caller's umask: the worker's 077 would close them to a non-root job.
+    os.umask(0o022)
 
 
 @lru_cache(maxsize=1)
@@ -255,6 +312,13 @@ class Prepared:
     cgroup: sandbox_cgroup.AttemptCgroup | None
     watch_read: int
     watch_write: int
+    extra_fds: tuple[int, ...] = ()  # the seccomp filter's memfd: passed to bwrap, closed here once it started
+    memory_limit_mb: int | None = None  # what the attempt's cgroup and tmpfs sizes hold it to
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        """The descriptors bwrap must get (Popen's pass_fds): the guard's pipe end, the seccomp filter."""
+        return (self.watch_read, *self.extra_fds)
 
     def command(self, inner: Sequence[str]) -> list[str]:
         return [*self.argv_prefix, "--", *inner]
@@ -268,13 +332,16 @@ class Prepared:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             if cgroup is not None:
                 cgroup.join_self()
+            _bwrap_umask()
 
         return run_in_child
 
     def started(self, proc: subprocess.Popen[bytes] | None) -> None:
         """After the spawn: the worker keeps only the write end (its death closes it), and a thread
         ends the sandbox when bwrap exits, whoever stops the attempt and however (`end`)."""
-        os.close(self.watch_read)
+        for fd in (self.watch_read, *self.extra_fds):
+            with contextlib.suppress(OSError):
+                os.close(fd)
         with _lock:
             _live[self.mark] = self
         if proc is not None:
@@ -295,16 +362,44 @@ MAX_ENDED_REMEMBERED = 1000
 _lock = threading.Lock()
 
 
-def prepare(view: View, mark: str, memory_limit_mb: int | None, pids_max: int) -> Prepared:
+def prepare(
+    view: View, mark: str, memory_limit_mb: int | None, pids_max: int, *, settings: Settings | None = None
+) -> Prepared:
+    """The attempt's sandbox: its memory limit (`memory_limit_mb`, the spec's or the server's default, within
+    RANKZERO_JOB_MEMORY_FRACTION of the host; that fraction when None), its cgroup, its seccomp filter, and
+    for a root worker the job's ids with the files it needs made reachable to them."""
     require()
+    settings = settings if settings is not None else _settings()
     bwrap = shutil.which("bwrap") or "bwrap"
+    memory = sandbox_limits.memory_mb(memory_limit_mb, sandbox_limits.host_memory_mb(), settings.job_memory_fraction)
+    if memory.note:
+        log.warning("attempt %s: %s", mark, memory.note)
+    run_as = (settings.sandbox_uid, settings.sandbox_gid) if view.as_root else None
+    if run_as is not None:
+        sandbox_ids.share_for_attempt(
+            view.run_dir, (view.code_dir, view.environment_dir), view.datasets_dir, view.input_fds, *run_as
+        )
+    view = replace(view, run_as=run_as, tmp_bytes=sandbox_limits.tmpfs_bytes(memory.limit_mb),
+                   proc_masked=proc_masked())  # fmt: skip
+    seccomp_fd = sandbox_seccomp.memfd()
     layout = cgroups()
     cgroup = None
-    if layout is not None:
-        sandbox_cgroup.sweep(layout)
-        cgroup = sandbox_cgroup.create(layout, mark, memory_limit_mb, pids_max)
+    try:
+        if layout is not None:
+            sandbox_cgroup.sweep(layout)
+            cgroup = sandbox_cgroup.create(layout, mark, memory.limit_mb, pids_max)
+    except BaseException:
+        os.close(seccomp_fd)
+        raise
     read, write = os.pipe()  # both close-on-exec: only the sandbox (pass_fds) gets the read end
-    return Prepared(mark, [bwrap, *bwrap_args(view)], cgroup, read, write)
+    argv = [bwrap, "--seccomp", str(seccomp_fd), *bwrap_args(view)]
+    return Prepared(mark, argv, cgroup, read, write, extra_fds=(seccomp_fd,), memory_limit_mb=memory.limit_mb)
+
+
+def _settings() -> Settings:
+    from core.settings import get_settings
+
+    return get_settings()
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from worker import rank_guard
+from worker import rank_guard, sandbox_ids
 
 
 def _watch(fd: int) -> None:
@@ -63,6 +63,7 @@ def _reap_orphans() -> None:
 
 
 def main(argv: list[str]) -> int:
+    sandbox_ids.drop_from_env()  # a root worker's job: its ids before anything else (issue 34)
     fd = int(argv[0])
     threading.Thread(target=_watch, args=(fd,), daemon=True, name="supervisor-watch").start()
     if os.getpid() == 1:
