@@ -53,6 +53,7 @@ lint: $(VENV)/.installed-test web
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/python -m tools.check_house  # no import cycle; no file in worker/ over 450 lines, core/ over 700
 	$(BIN)/basedpyright --project .  # this folder's pyproject.toml, never a pyrightconfig.json in a parent folder
 	cd web && npm run --silent check
 
