@@ -25,7 +25,7 @@ from core.settings import Settings, get_settings
 from trainer.data.download import FETCHED_ENV, wants_download
 from trainer.entrypoint import parse_entrypoint
 from trainer.run_dir import RunDir
-from worker import rank_network, sandbox
+from worker import rank_network, sandbox, sandbox_limits
 from worker.bundles import pythonpath_first
 from worker.launch_command import (
     SANDBOXED_MASTER_PORT,
@@ -167,6 +167,7 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
             memory_limit_mb(spec, settings),
             settings.sandbox_pids_max,
             settings=settings,
+            disk_limit_mb=sandbox_limits.disk_limit_mb(spec.get("disk_limit_mb"), settings.job_disk_limit_mb),
         )
     except BaseException:
         _close(input_fds)

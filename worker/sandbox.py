@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -238,38 +239,10 @@ def probe() -> str | None:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return "bubblewrap (bwrap) is not installed"
-    root = os.geteuid() == 0
-    try:
-        seccomp_fd = sandbox_seccomp.memfd()
-    except OSError as exc:
-        return str(exc)
-    # The job's view of the runtime, as the job's user (a root worker's: RANKZERO_SANDBOX_UID/GID), under the
-    # filter: a runtime that user cannot read fails here, at the worker's start, not in every job.
-    run_as = _job_ids() if root else None
-    view = View(run_dir=Path("/tmp"), cwd=Path("/"), system=system_dirs(), as_root=root,
-                runtime_dirs=runtime_dirs(""), run_as=run_as, proc_masked=proc_masked())  # fmt: skip
-    repo = str(Path(__file__).resolve().parent.parent)
-    check = f"import sys; sys.path.insert(0, {repo!r}); from worker.sandbox_probe import inner; sys.exit(inner())"
-    test = [bwrap, "--seccomp", str(seccomp_fd), *bwrap_args(view), sys.executable, "-I", "-c", check]
-    try:
-        done = subprocess.run(test, capture_output=True, timeout=60, check=False, pass_fds=(seccomp_fd,),
-                              preexec_fn=_bwrap_umask)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"bwrap could not run ({exc})"
-    finally:
-        os.close(seccomp_fd)
-    if done.returncode != 0:
-        stderr = done.stderr.decode(errors="replace")
-        return sandbox_probe.why(stderr, done.returncode, root=root, sysctls=sandbox_probe.read_sysctls())
-    return None
+    return sandbox_probe.run(bwrap, _settings())
 
 
-def _job_ids() -> tuple[int, int]:
-    settings = _settings()  # the probe runs once, with the process's settings
-    return settings.sandbox_uid, settings.sandbox_gid
-
-
-def _bwrap_umask() -> None:
+def bwrap_umask() -> None:
     # bwrap makes its mount points with the caller's umask: the worker's 077 would close them to a non-root job.
     os.umask(0o022)
 
@@ -314,6 +287,7 @@ class Prepared:
     watch_write: int
     extra_fds: tuple[int, ...] = ()  # the seccomp filter's memfd: passed to bwrap, closed here once it started
     memory_limit_mb: int | None = None  # what the attempt's cgroup and tmpfs sizes hold it to
+    file_size_limit: int = resource.RLIM_INFINITY  # RLIMIT_FSIZE of every process of the job
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
@@ -324,7 +298,7 @@ class Prepared:
         return [*self.argv_prefix, "--", *inner]
 
     def preexec(self) -> Callable[[], None]:
-        cgroup = self.cgroup
+        cgroup, fsize = self.cgroup, self.file_size_limit
 
         def run_in_child() -> None:
             # bwrap's processes ignore the SIGTERM a cancel sends the group (bwrap would die of it and
@@ -332,7 +306,8 @@ class Prepared:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             if cgroup is not None:
                 cgroup.join_self()
-            _bwrap_umask()
+            bwrap_umask()
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
         return run_in_child
 
@@ -363,7 +338,13 @@ _lock = threading.Lock()
 
 
 def prepare(
-    view: View, mark: str, memory_limit_mb: int | None, pids_max: int, *, settings: Settings | None = None
+    view: View,
+    mark: str,
+    memory_limit_mb: int | None,
+    pids_max: int,
+    *,
+    settings: Settings | None = None,
+    disk_limit_mb: int | None = None,
 ) -> Prepared:
     """The attempt's sandbox: its memory limit (`memory_limit_mb`, the spec's or the server's default, within
     RANKZERO_JOB_MEMORY_FRACTION of the host; that fraction when None), its cgroup, its seccomp filter, and
@@ -393,7 +374,8 @@ def prepare(
         raise
     read, write = os.pipe()  # both close-on-exec: only the sandbox (pass_fds) gets the read end
     argv = [bwrap, "--seccomp", str(seccomp_fd), *bwrap_args(view)]
-    return Prepared(mark, argv, cgroup, read, write, extra_fds=(seccomp_fd,), memory_limit_mb=memory.limit_mb)
+    fsize = sandbox_limits.file_size_limit(disk_limit_mb)
+    return Prepared(mark, argv, cgroup, read, write, (seccomp_fd,), memory.limit_mb, fsize)
 
 
 def _settings() -> Settings:

@@ -1,5 +1,5 @@
 """Limits every job gets before it can do damage (issue 34): a memory limit always (a job's /tmp and /dev/shm
-are charged to it), and sizes for those two tmpfs.
+are charged to it), sizes for those two tmpfs, and a file-size ceiling at its disk limit.
 
 Before, a job without `memory_limit_mb` had none: its /tmp and /dev/shm were each a tmpfs of half the host's
 memory charged to nobody, and the kernel's OOM killer picked the API or PostgreSQL, not the job that filled
@@ -11,6 +11,7 @@ ENOSPC at the tmpfs's size, or as the OOM killer inside its own cgroup).
 from __future__ import annotations
 
 import os
+import resource
 from dataclasses import dataclass
 
 MIB = 2**20
@@ -50,3 +51,18 @@ def memory_mb(requested_mb: int | None, host_mb: int, fraction: float) -> Memory
 def tmpfs_bytes(limit_mb: int) -> int:
     """The size of the job's /tmp and of its /dev/shm: its memory limit (they cannot hold more of it anyway)."""
     return limit_mb * MIB
+
+
+def disk_limit_mb(spec_value: object, default_mb: int) -> int | None:
+    """The job's disk limit: its spec's `disk_limit_mb`, else RANKZERO_JOB_DISK_LIMIT_MB (0: none)."""
+    if isinstance(spec_value, int) and not isinstance(spec_value, bool) and spec_value > 0:
+        return spec_value
+    return default_mb if default_mb > 0 else None
+
+
+def file_size_limit(limit_mb: int | None) -> int:
+    """RLIMIT_FSIZE for every process of the job: no file it writes (or fallocates) grows past its disk limit.
+    The kernel refuses the write or fallocate past it with EFBIG at once (Python ignores the SIGXFSZ that
+    comes with it); the run dir's total is still the worker's sample at every heartbeat (worker/quota.py),
+    and on a filesystem of its own it cannot reach the database's disk (docs/deploy.md)."""
+    return resource.RLIM_INFINITY if limit_mb is None else limit_mb * MIB

@@ -8,8 +8,14 @@ process does, then checks what a job relies on."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from core.settings import Settings
 
 # sysctls that forbid a user namespace to a non-root user: (path under /proc/sys, the value that forbids it,
 # what to set instead)
@@ -55,6 +61,41 @@ def why(stderr: str, code: int, *, root: bool, sysctls: dict[str, str]) -> str:
             f"[bwrap: {last}]"
         )
     return f"bwrap cannot create namespaces here ({last})"
+
+
+def run(bwrap: str, settings: Settings) -> str | None:
+    """Start one sandbox as a job's would be (its view of the runtime, as the job's user: a root worker's
+    RANKZERO_SANDBOX_UID/GID, under the filter) running `inner`: a runtime that user cannot read, or a
+    kernel that refuses the filter, fails here at the worker's start, not in every job."""
+    from worker import sandbox, sandbox_seccomp
+
+    root = os.geteuid() == 0
+    try:
+        seccomp_fd = sandbox_seccomp.memfd()
+    except OSError as exc:
+        return str(exc)
+    view = sandbox.View(
+        run_dir=Path("/tmp"),
+        cwd=Path("/"),
+        system=sandbox.system_dirs(),
+        as_root=root,
+        runtime_dirs=sandbox.runtime_dirs(""),
+        run_as=(settings.sandbox_uid, settings.sandbox_gid) if root else None,
+        proc_masked=sandbox.proc_masked(),
+    )
+    repo = str(Path(__file__).resolve().parent.parent)
+    check = f"import sys; sys.path.insert(0, {repo!r}); from worker.sandbox_probe import inner; sys.exit(inner())"
+    test = [bwrap, "--seccomp", str(seccomp_fd), *sandbox.bwrap_args(view), sys.executable, "-I", "-c", check]
+    try:
+        done = subprocess.run(test, capture_output=True, timeout=60, check=False, pass_fds=(seccomp_fd,),
+                              preexec_fn=sandbox.bwrap_umask)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap could not run ({exc})"
+    finally:
+        os.close(seccomp_fd)
+    if done.returncode != 0:
+        return why(done.stderr.decode(errors="replace"), done.returncode, root=root, sysctls=read_sysctls())
+    return None
 
 
 def inner() -> int:
