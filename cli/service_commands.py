@@ -5,6 +5,7 @@
 # at each start, and from strings it evaluates each four times (0.02 s of CPU per start; issue 29).
 
 import signal
+import sys
 from typing import Annotated, Any
 
 import typer
@@ -149,10 +150,13 @@ def api(
     try:
         token = settings.token()  # as `up` prints it: workers on other hosts and the CLI need it
         url = default_url(settings)
+        where = "RANKZERO_API_TOKEN" if settings.api_token is not None else str(settings.data_dir / "api_token")
+        if not sys.stdout.isatty():  # a log (systemd's journal, `docker compose logs`): never the token (issue 34)
+            token = "<token>"
         for line in (
             "rankzero API",
             f"  API:        {url}/   (docs: {url}/docs)",
-            f"  API token:  {token}",
+            f"  API token:  {token}" + ("" if token != "<token>" else f"  (not written to a log: it is in {where})"),
             f"  CLI:        {cli_exports(url, token)}",
             f"  workers on hosts without this runs dir: RANKZERO_API_URL={url} RANKZERO_API_TOKEN={token}",
         ):
