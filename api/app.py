@@ -43,6 +43,7 @@ from api.routes import (
     stream,
     sweeps,
     users,
+    workers,
 )
 from core import artifacts as artifact_store
 from core import migrate
@@ -105,7 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     protected = APIRouter(dependencies=[Depends(require_auth)])
     for module in (jobs, priority, hosts, operations, metrics, checkpoints, logs, stream, schema, code):
         protected.include_router(module.router)
-    for module in (users, audit, housekeeping):  # issue 23: team
+    for module in (users, audit, housekeeping, workers):  # issue 23: team; issue 34: worker hosts' credentials
         protected.include_router(module.router)
     for module in (artifacts, outputs):  # the artifact store (workers upload) and a job's outputs (issue 22)
         protected.include_router(module.router)

@@ -31,7 +31,7 @@ from itsdangerous import BadSignature, URLSafeTimedSerializer
 from sqlmodel import Session
 from starlette.requests import cookie_parser
 
-from core import users
+from core import permissions, users
 from core.db import get_engine
 from core.settings import Settings
 from core.users import Principal, Role
@@ -233,10 +233,29 @@ def require_auth(
             raise HTTPException(
                 status.HTTP_403_FORBIDDEN, f"missing or wrong {CSRF_HEADER} header for a cookie session"
             )
-    if request.method not in SAFE_METHODS and not who.at_least("member"):
+    if who.role == users.WORKER_ROLE:
+        _worker_route_only(request, who)
+    elif request.method not in SAFE_METHODS and not who.at_least("member"):
         raise forbidden("member", who, f"{request.method} {request.url.path}")
     request.state.principal = who
     return who
+
+
+def _worker_route_only(request: Request, who: Principal) -> None:
+    """A worker credential calls the worker's routes only (core/permissions.py), reads included: it lists no
+    users or jobs, submits nothing and reads no audit log, so a compromised host learns and changes little."""
+    route = request.scope.get("route")
+    path = getattr(route, "path", request.url.path).replace("{path:path}", "{path}")
+    if not path.startswith("/api/"):  # the route as declared, before app.py's include under /api
+        path = "/api" + path
+    key = (request.method if request.method != "HEAD" else "GET", path)
+    action = permissions.ROUTES.get(key) or permissions.WORKER_READS.get(key)
+    if action is None or not permissions.allowed(who.role, action, own=False):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            f"{request.method} {request.url.path} is not a worker's route: {who.name} is a worker credential, "
+            "which only claims, ships and fetches a worker's files; use a user's token",
+        )
 
 
 def require_role(role: Role) -> Callable[..., Principal]:
@@ -250,14 +269,27 @@ def require_role(role: Role) -> Callable[..., Principal]:
     return check
 
 
-def may_change_job(who: Principal, owner_id: int | None, job_id: int, what: str) -> None:
-    """Members change only their own jobs; admins any. 403 otherwise (viewers never get here)."""
-    if who.role == "admin" or (owner_id is not None and owner_id == who.user_id):
-        return
-    raise HTTPException(
-        status.HTTP_403_FORBIDDEN,
-        f"{what} job {job_id} needs role admin (or being its owner); {who.name} is {who.role} and does not own it",
-    )
+def permit(who: Principal, action: str, owner_id: int | None = None, target: str | None = None) -> None:
+    """403 unless `who` may do `action` (core/permissions.py's table) to `target`, owned by `owner_id`."""
+    own = owner_id is not None and owner_id == who.user_id
+    why = permissions.refusal(who.role, who.name, action, own, target)
+    if why is not None:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, why)
+
+
+def may_change_job(who: Principal, owner_id: int | None, job_id: int, action: str) -> None:
+    """`permit` for an action on job `job_id` (job.cancel, job.priority, job.resume…)."""
+    permit(who, action, owner_id, f"job {job_id}")
+
+
+def require_action(action: str) -> Callable[..., Principal]:
+    """A dependency admitting callers who may do `action` (one without an owner: core/permissions.py)."""
+
+    def check(who: Annotated[Principal, Depends(require_auth)]) -> Principal:
+        permit(who, action)
+        return who
+
+    return check
 
 
 AuthDep = Annotated[Principal, Depends(require_auth)]

@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Path, status
 from sqlmodel import Session
 
-from api.auth import app_settings, require_auth, require_role
+from api.auth import app_settings, require_action, require_auth, require_role
 from core.db import get_engine
 from core.settings import Settings
 from core.tables import Job
@@ -19,6 +19,15 @@ SettingsDep = Annotated[Settings, Depends(app_settings)]
 CurrentUser = Annotated[Principal, Depends(require_auth)]  # anyone signed in (viewers only read: api/auth.py)
 Member = Annotated[Principal, Depends(require_role("member"))]
 Admin = Annotated[Principal, Depends(require_role("admin"))]
+# One per action without an owner (core/permissions.py's table): the routes that do it say so by name.
+Submitter = Annotated[Principal, Depends(require_action("job.submit"))]
+SweepStarter = Annotated[Principal, Depends(require_action("sweep.create"))]
+Uploader = Annotated[Principal, Depends(require_action("code.upload"))]
+UserAdmin = Annotated[Principal, Depends(require_action("user.add"))]
+UserChanger = Annotated[Principal, Depends(require_action("user.change"))]
+HostOperator = Annotated[Principal, Depends(require_action("host.drain"))]
+WorkerManager = Annotated[Principal, Depends(require_action("worker.manage"))]
+Shipper = Annotated[Principal, Depends(require_action("artifact.ship"))]
 
 # Ids are positive 32-bit integers: anything else is a 422 before the database sees it.
 MAX_ID = 2**31 - 1

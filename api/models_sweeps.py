@@ -40,6 +40,7 @@ class SweepPublic(BaseModel):
     note: str | None
     best_job_id: int | None
     best_value: float | None
+    owner_id: int | None = Field(None, description="The user who started it (her trials are her jobs).")
 
     @classmethod
     def of(cls, row: Sweep, views: list[TrialView] | None = None) -> SweepPublic:
@@ -59,6 +60,7 @@ class SweepPublic(BaseModel):
             note=row.note,
             best_job_id=winner.job_id if winner else None,
             best_value=winner.final if winner else None,
+            owner_id=row.owner_id,
         )
 
 

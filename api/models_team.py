@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field
 
 from core.tables import ApiToken, AuditEvent, User
-from core.users import NAME_PATTERN, TOKEN_NAME_PATTERN
+from core.users import HOST_PATTERN, NAME_PATTERN, TOKEN_NAME_PATTERN, WORKER_PREFIX
 
 RoleName = Literal["viewer", "member", "admin"]
 QuotaLimit = Field(None, ge=0, le=1_000_000)
@@ -22,6 +22,7 @@ class QuotaPublic(BaseModel):
     max_gpus: int = Field(description="Most GPUs her jobs hold at once.")
     max_cpu_slots: int = Field(description="Most CPU rank slots her jobs hold at once.")
     max_queued: int = Field(description="Most jobs she has queued at once.")
+    max_priority: int = Field(100, description="The highest priority she may give a job (her ceiling).")
 
 
 class UserPublic(BaseModel):
@@ -33,6 +34,7 @@ class UserPublic(BaseModel):
     max_gpus: int | None
     max_cpu_slots: int | None
     max_queued: int | None
+    max_priority: int | None = Field(None, description="Her priority ceiling; null: the default (100). Admins: none.")
 
     @classmethod
     def from_row(cls, user: User) -> UserPublic:
@@ -45,6 +47,7 @@ class UserPublic(BaseModel):
             max_gpus=user.max_gpus,
             max_cpu_slots=user.max_cpu_slots,
             max_queued=user.max_queued,
+            max_priority=user.max_priority,
         )
 
 
@@ -97,6 +100,9 @@ class UserChange(BaseModel):
     max_gpus: int | None = QuotaLimit
     max_cpu_slots: int | None = QuotaLimit
     max_queued: int | None = QuotaLimit
+    max_priority: int | None = Field(
+        None, ge=-1000, le=1000, description="Her priority ceiling (null: the default); above it needs an admin."
+    )
 
 
 class TokenCreate(BaseModel):
@@ -124,3 +130,36 @@ class JobAnnotations(BaseModel):
     model_config = {"extra": "forbid"}
     tags: list[Tag] | None = Field(None, max_length=MAX_TAGS, description=f"At most {MAX_TAGS}, each {TAG_PATTERN}.")
     note: str | None = Field(None, max_length=MAX_NOTE_CHARS)
+
+
+class WorkerCreate(BaseModel):
+    """A worker host's credential (issue 34): named by the host's RANKZERO_HOST_NAME."""
+
+    model_config = {"extra": "forbid"}
+    host: str = Field(pattern=HOST_PATTERN, description="The host's name (RANKZERO_HOST_NAME).")
+
+
+class WorkerPublic(BaseModel):
+    host: str
+    token_id: int | None = Field(description="Its newest token (GET /api/workers never shows a token).")
+    created_at: datetime | None
+    last_used_at: datetime | None
+    revoked_at: datetime | None = Field(description="Set once revoked: the host is refused from then on.")
+
+    @classmethod
+    def from_rows(cls, user: User, token: ApiToken | None) -> WorkerPublic:
+        return cls(
+            host=user.name.removeprefix(WORKER_PREFIX),
+            token_id=token.id if token else None,
+            created_at=token.created_at if token else None,
+            last_used_at=token.last_used_at if token else None,
+            revoked_at=token.revoked_at if token else None,
+        )
+
+
+class WorkerCreated(WorkerPublic):
+    token: str = Field(description="Shown once: set it as RANKZERO_WORKER_TOKEN on that host.")
+
+
+class WorkerMe(BaseModel):
+    host: str

@@ -2,13 +2,16 @@
 same transaction as the change it records, so the log never names a change that rolled back.
 
 Actions: job.submit, job.cancel, job.priority, job.archive, job.unarchive, job.delete, job.edit (tags,
-note), user.add, user.role, user.quota, token.add, token.revoke, host.drain, host.undrain."""
+note), user.add, user.role, user.quota, token.add, token.revoke, host.drain, host.undrain, sweep.create,
+sweep.cancel, sweep.pause, sweep.resume, sweep.extend, worker.add, worker.revoke (issue 37). A job a sweep
+creates is a job.submit by the sweep's owner whose detail names the sweep ("trial 3 of sweep 2: …"),
+whichever process made it (the scheduler's sweep driver included: `record_for`)."""
 
 from __future__ import annotations
 
 from sqlmodel import Session, col, select
 
-from core.tables import AuditEvent
+from core.tables import AuditEvent, User
 from core.users import Principal
 
 MAX_DETAIL_CHARS = 2000
@@ -20,6 +23,18 @@ def record(session: Session, who: Principal, action: str, target: str, detail: s
     if detail is not None and len(detail) > MAX_DETAIL_CHARS:
         detail = detail[: MAX_DETAIL_CHARS - 1] + "…"
     session.add(AuditEvent(actor_id=who.user_id, actor=who.name, action=action, target=target[:200], detail=detail))
+
+
+def record_for(session: Session, user_id: int | None, action: str, target: str, detail: str | None = None) -> None:
+    """`record` for a change made on a user's behalf by the service itself (a sweep's trials): the actor is
+    that user (or "system" when the row has no owner)."""
+    user = session.get(User, user_id) if user_id is not None else None
+    name = user.name if user is not None else "system"
+    if detail is not None and len(detail) > MAX_DETAIL_CHARS:
+        detail = detail[: MAX_DETAIL_CHARS - 1] + "…"
+    session.add(
+        AuditEvent(actor_id=user_id if user else None, actor=name, action=action, target=target[:200], detail=detail)
+    )
 
 
 def events(

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from trainer.spec import JobSpec
 
 UNLIMITED = 10**9
+# A member's priority ceiling unless an admin sets hers (issue 34: a member's priority 1000 preempted
+# everyone's and stepped over fair share). Admins have none: anything above a ceiling needs one.
+DEFAULT_MAX_PRIORITY = 100
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,23 @@ def over_queued(queued_now: int, quota: Quota) -> str | None:
     return (
         f"{quota.name} has {queued_now} of {quota.max_queued} jobs queued (quota): wait for some to start, "
         "cancel some, or ask an admin to raise the quota"
+    )
+
+
+def ceiling_of(role: str, own: int | None) -> int | None:
+    """A user's priority ceiling: none for an admin, else her own when set, else the default."""
+    if role == "admin":
+        return None
+    return own if own is not None else DEFAULT_MAX_PRIORITY
+
+
+def over_ceiling(name: str, priority: int, ceiling: int | None) -> str | None:
+    """Why `priority` is refused for `name`, or None."""
+    if ceiling is None or priority <= ceiling:
+        return None
+    return (
+        f"priority {priority} is above {name}'s priority ceiling of {ceiling}: use {ceiling} or less, or ask an "
+        "admin to raise the ceiling (`rankzero users set NAME --max-priority N`) or to set the priority"
     )
 
 

@@ -308,6 +308,7 @@ class User(SQLModel, table=True):
     max_gpus: int | None = None
     max_cpu_slots: int | None = None
     max_queued: int | None = None
+    max_priority: int | None = None  # her priority ceiling (issue 34); None: core/quotas.py DEFAULT_MAX_PRIORITY
 
 
 class ApiToken(SQLModel, table=True):

@@ -24,8 +24,9 @@ from sqlmodel import Session, col, select
 
 from core.tables import ApiToken, User, WebSession, utcnow
 
-Role = Literal["viewer", "member", "admin"]
-ROLES: tuple[Role, ...] = ("viewer", "member", "admin")  # weakest first
+Role = Literal["viewer", "member", "admin", "worker"]
+ROLES: tuple[Role, ...] = ("viewer", "member", "admin")  # a user's roles, weakest first
+WORKER_ROLE: Role = "worker"  # a worker host's credential (issue 34): below every user role, scoped to its routes
 FIRST_ADMIN_ID = 1
 NAME_PATTERN = r"^[a-z][a-z0-9._-]{0,39}$"
 TOKEN_NAME_PATTERN = r"^[A-Za-z0-9._ -]{1,60}$"
@@ -49,6 +50,8 @@ class Principal:
     token_id: int | None = None
 
     def at_least(self, role: Role) -> bool:
+        if self.role not in ROLES or role not in ROLES:  # a worker credential is no user: it holds no user role
+            return self.role == role
         return ROLES.index(self.role) >= ROLES.index(role)
 
 
@@ -71,7 +74,7 @@ def check_name(name: str) -> str:
 
 def principal_of(user: User, token_id: int | None = None) -> Principal:
     assert user.id is not None
-    role = user.role if user.role in ROLES else "viewer"  # an unknown role reads only
+    role = user.role if user.role in (*ROLES, WORKER_ROLE) else "viewer"  # an unknown role reads only
     return Principal(user.id, user.name, role, token_id)  # pyright: ignore[reportArgumentType]  (checked above)
 
 
@@ -146,6 +149,57 @@ def revoke_token(session: Session, token_id: int) -> ApiToken:
         session.add(row)
     session.execute(delete(WebSession).where(col(WebSession.token_id) == token_id))
     return row
+
+
+# --- worker hosts' credentials (issue 34) ------------------------------------------------------------
+
+HOST_PATTERN = r"^[a-z0-9][a-z0-9.-]{0,31}$"
+WORKER_PREFIX = "worker."  # a worker credential's user is `worker.<host>`: no person's name has a dot there
+
+
+def worker_user_name(host: str) -> str:
+    if not re.fullmatch(HOST_PATTERN, host):
+        raise UserError(f"host name {host!r} refused: 1-32 lowercase letters, digits, '.' or '-' (RANKZERO_HOST_NAME)")
+    return WORKER_PREFIX + host
+
+
+def add_worker(session: Session, host: str) -> tuple[User, ApiToken, str]:
+    """A new credential for worker host `host` (not committed): its user (made on first use, role worker),
+    the token row and its plaintext. A host has one live credential: adding one revokes the host's others."""
+    name = worker_user_name(host)
+    user = by_name(session, name)
+    if user is None:
+        user = User(name=name, role=WORKER_ROLE)
+        session.add(user)
+        session.flush()
+    elif user.role != WORKER_ROLE:
+        raise UserError(f"{name!r} is a user's name, not a worker's: pick another host name")
+    revoke_worker(session, host)
+    row, plaintext = add_token(session, user, f"host {host}")
+    return user, row, plaintext
+
+
+def revoke_worker(session: Session, host: str) -> int:
+    """Revoke every live token of worker host `host` (not committed); how many."""
+    user = by_name(session, worker_user_name(host))
+    if user is None or user.role != WORKER_ROLE:
+        return 0
+    live = session.exec(select(ApiToken).where(ApiToken.user_id == user.id, col(ApiToken.revoked_at).is_(None))).all()
+    for row in live:
+        assert row.id is not None
+        revoke_token(session, row.id)
+    return len(live)
+
+
+def workers(session: Session) -> list[tuple[User, ApiToken | None]]:
+    """Each worker host's user and its newest token (None: never given one)."""
+    out = []
+    for user in session.exec(select(User).where(User.role == WORKER_ROLE).order_by(col(User.name))).all():
+        newest = session.exec(
+            select(ApiToken).where(ApiToken.user_id == user.id).order_by(col(ApiToken.id).desc())
+        ).first()
+        out.append((user, newest))
+    return out
 
 
 # --- dashboard sessions ---------------------------------------------------------------------------------

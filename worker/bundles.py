@@ -129,6 +129,8 @@ def _unpack(settings: Settings, sha256: str, final: Path, tick: Callable[[], Non
 
 
 def _token(settings: Settings) -> str | None:
+    if settings.worker_token is not None:  # the host's own credential (issue 34), scoped to a worker's routes
+        return settings.worker_token.get_secret_value()
     if settings.api_token is not None:
         return settings.api_token.get_secret_value()
     path = settings.data_dir / "api_token"

@@ -32,7 +32,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 from starlette.requests import ClientDisconnect
 
-from api.deps import Admin, JobId, SessionDep, SettingsDep, job_or_404
+from api.deps import JobId, SessionDep, SettingsDep, Shipper, job_or_404
 from api.models import ErrorDetail
 from api.models_artifacts import AppendedLog, ArtifactStorage, StoredFile
 from core import artifacts
@@ -92,7 +92,7 @@ def storage(settings: SettingsDep) -> ArtifactStorage:
     responses={400: {"model": ErrorDetail}, 404: {"model": ErrorDetail}, 413: {"model": ErrorDetail}},
 )
 async def upload_file(
-    job_id: JobId, path: RelPath, request: Request, session: SessionDep, settings: SettingsDep, _: Admin
+    job_id: JobId, path: RelPath, request: Request, session: SessionDep, settings: SettingsDep, _: Shipper
 ) -> StoredFile:
     """Keep a whole file of job `job_id` once its bytes match `X-Content-SHA256` (replacing any earlier copy)."""
     relative = _relative(path)
@@ -139,7 +139,7 @@ async def append(
     request: Request,
     session: SessionDep,
     settings: SettingsDep,
-    _: Admin,
+    _: Shipper,
     offset: Annotated[int, Query(ge=0, le=2**53, description="Where the chunk starts in the file.")],
 ) -> AppendedLog:
     """Append a chunk of a growing file at `offset` (bytes the API already holds are skipped)."""

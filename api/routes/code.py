@@ -22,9 +22,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
 from starlette.requests import ClientDisconnect
 
-from api.deps import CurrentUser, SettingsDep
+from api.deps import CurrentUser, SettingsDep, Uploader
 from api.models import CodeBundle, CodeFile, CodeFiles, ErrorDetail, LeftOutFile, LeftOutRecord
-from core import bundles
+from core import bundles, permissions
 from core.bundles import excluded
 from core.settings import Settings
 from core.users import Principal
@@ -74,8 +74,10 @@ def note_uploader(settings: Settings, sha256: str, user_id: int) -> None:
 
 
 def may_record_left_out(who: Principal, uploaded_by: set[int]) -> bool:
-    """Whether `who` may write a bundle's left-out record: one of its uploaders, or an admin (pure)."""
-    return who.role == "admin" or who.user_id in uploaded_by
+    """Whether `who` may write a bundle's left-out record: one of its uploaders, or an admin (pure; the rule is
+    core/permissions.py's `code.left_out`, an uploader counting as an owner)."""
+    # An uploader counts as the owner; a viewer never gets here (every write needs member: api/auth.py).
+    return who.user_id in uploaded_by or permissions.allowed(who.role, "code.left_out", own=False)
 
 
 def _not_stored(sha256: str) -> HTTPException:
@@ -145,7 +147,7 @@ def _check_request(request: Request, settings: Settings) -> None:
         }
     },
 )
-async def upload_code(request: Request, response: Response, settings: SettingsDep, who: CurrentUser) -> CodeBundle:
+async def upload_code(request: Request, response: Response, settings: SettingsDep, who: Uploader) -> CodeBundle:
     """Store a code bundle (a tar.gz, the raw body). 201 when new, 200 when already stored.
 
     An optional `X-Bundle-SHA256` header is checked against what arrived.

@@ -28,7 +28,7 @@ def _answer(session: SessionDep, job: Job) -> JobPublic:
 
 def _archive(job_id: int, session: SessionDep, who: CurrentUser, archived: bool) -> JobPublic:
     job = job_or_404(session, job_id)
-    may_change_job(who, job.owner_id, job_id, "archiving" if archived else "unarchiving")
+    may_change_job(who, job.owner_id, job_id, "job.archive")
     job.archived = archived
     session.add(job)
     audit.record(session, who, "job.archive" if archived else "job.unarchive", f"job {job_id}")
@@ -51,7 +51,7 @@ def unarchive_job(job_id: JobId, session: SessionDep, who: CurrentUser) -> JobPu
 def annotate_job(job_id: JobId, body: JobAnnotations, session: SessionDep, who: CurrentUser) -> JobPublic:
     """Set the job's tags and/or note (only the fields sent change)."""
     job = job_or_404(session, job_id)
-    may_change_job(who, job.owner_id, job_id, "annotating")
+    may_change_job(who, job.owner_id, job_id, "job.edit")
     changes = body.model_dump(exclude_unset=True)
     if "tags" in changes:
         job.tags = sorted(set(changes["tags"] or []))
@@ -71,7 +71,7 @@ def annotate_job(job_id: JobId, body: JobAnnotations, session: SessionDep, who: 
 def delete_job(job_id: JobId, session: SessionDep, settings: SettingsDep, who: CurrentUser) -> Response:
     """Delete an ended job: its row (timeline, metrics, checkpoints rows) and its run dir. Not undoable."""
     job = job_or_404(session, job_id)
-    may_change_job(who, job.owner_id, job_id, "deleting")
+    may_change_job(who, job.owner_id, job_id, "job.delete")
     if not job.status.is_terminal:
         raise HTTPException(
             status.HTTP_409_CONFLICT, f"job {job_id} is {job.status.value}: cancel it and wait for it to end first"

@@ -16,10 +16,10 @@ from sqlmodel import Session, col, select
 
 from api import submit_policy
 from api.auth import may_change_job
-from api.deps import CurrentUser, JobId, SessionDep, SettingsDep, job_or_404
+from api.deps import CurrentUser, JobId, SessionDep, SettingsDep, Submitter, job_or_404
 from api.models import ErrorDetail, JobDetail, JobPage, JobPublic, TransitionPublic
 from api.routes import environments
-from core import audit, bundles, job_sort, jobs, quotas, team_pass, wake
+from core import audit, bundles, job_sort, jobs, quota_gate, quotas, team_pass, wake
 from core.db import get_read_engine
 from core.settings import Settings
 from core.tables import Job, JobStatus, JobTransition, User
@@ -58,7 +58,7 @@ def submit_job(
     session: SessionDep,
     settings: SettingsDep,
     response: Response,
-    who: CurrentUser,
+    who: Submitter,
     idempotency_key: IdempotencyKey = None,
 ) -> JobPublic:
     """Queue a training job, owned by the caller. The body is a JobSpec (GET /api/schema/job-spec); unknown
@@ -66,6 +66,7 @@ def submit_job(
     if idempotency_key and (done := jobs.by_idempotency_key(session, idempotency_key)) is not None:
         return _replay(session, who, done, spec, settings, response)
     _check_quota(session, settings, who, spec)
+    check_priority_ceiling(session, who, spec.priority)
     try:
         spec = submit_policy.apply(spec, settings)
     except submit_policy.QuotaExceeded as exc:
@@ -78,6 +79,10 @@ def submit_job(
         raise HTTPException(422, [{"loc": list(exc.loc), "msg": exc.msg, "type": "value_error"}]) from None
     _check_resume_owner(session, settings, who, spec)
     environments.check_lock_from(session, spec)
+    try:
+        quota_gate.admit(session, settings, who.user_id)  # her row locked until the job's commit
+    except quota_gate.OverQuota as exc:
+        raise _over_queued(str(exc)) from None
     try:
         job = jobs.create(
             session,
@@ -108,15 +113,27 @@ def _check_quota(session: Session, settings: Settings, who: Principal, spec: Job
     quota = team_pass.quota_of(user, settings)
     if (never := quotas.never_within(spec, quota)) is not None:
         raise HTTPException(422, [{"loc": ["body"], "msg": never, "type": "quota_exceeded"}])
-    queued = session.exec(
-        select(func.count()).select_from(Job).where(Job.owner_id == who.user_id, Job.status == JobStatus.queued)
-    ).one()
-    if (over := quotas.over_queued(queued, quota)) is not None:
-        raise HTTPException(
-            status.HTTP_429_TOO_MANY_REQUESTS,
-            [{"loc": ["body"], "msg": over, "type": "quota_exceeded"}],
-            headers={"Retry-After": "60"},
-        )
+    # A first look, so a spec is not checked at length for nothing; the decision is quota_gate.admit's,
+    # under the user's lock, in the transaction that inserts the job.
+    if (over := quotas.over_queued(quota_gate.queued_of(session, who.user_id), quota)) is not None:
+        raise _over_queued(over)
+
+
+def check_priority_ceiling(session: Session, who: Principal, priority: int) -> None:
+    """403 naming her ceiling when `priority` is above the caller's (issue 34: admins set each member's;
+    core/quotas.py DEFAULT_MAX_PRIORITY otherwise); admins have none."""
+    user = session.get(User, who.user_id)
+    ceiling = quotas.ceiling_of(who.role, user.max_priority if user is not None else None)
+    if (why := quotas.over_ceiling(who.name, priority, ceiling)) is not None:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, why)
+
+
+def _over_queued(message: str) -> HTTPException:
+    return HTTPException(
+        status.HTTP_429_TOO_MANY_REQUESTS,
+        [{"loc": ["body"], "msg": message, "type": "quota_exceeded"}],
+        headers={"Retry-After": "60"},
+    )
 
 
 def _check_resume_owner(session: Session, settings: Settings, who: Principal, spec: JobSpec) -> None:
@@ -128,7 +145,7 @@ def _check_resume_owner(session: Session, settings: Settings, who: Principal, sp
     job_id = resume_owner_job(Path(spec.resume_from), settings.resolved_runs_dir)  # resolved by submit_policy
     job = session.get(Job, job_id) if job_id is not None else None
     if job_id is not None and job is not None:
-        may_change_job(who, job.owner_id, job_id, "resuming")
+        may_change_job(who, job.owner_id, job_id, "job.resume")
 
 
 def resume_owner_job(path: Path, runs_dir: Path) -> int | None:
@@ -315,7 +332,7 @@ def cancel_job(job_id: JobId, session: SessionDep, who: CurrentUser) -> JobPubli
     Members cancel their own jobs; admins any (403 otherwise)."""
     for _ in range(5):  # the worker may move the job between our read and our conditional update
         job = job_or_404(session, job_id)
-        may_change_job(who, job.owner_id, job_id, "cancelling")
+        may_change_job(who, job.owner_id, job_id, "job.cancel")
         current = job.status
         if current.is_terminal:
             raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} already {current.value}; nothing to cancel")

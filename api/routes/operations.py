@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import select
 from sqlmodel import col
 
-from api.deps import Admin, JobId, SessionDep, SettingsDep, job_or_404
+from api.deps import HostOperator, JobId, SessionDep, SettingsDep, job_or_404
 from api.models import ErrorDetail, HostPublic
 from api.routes.hosts import list_hosts
 from core import audit, hosts, jobs
@@ -66,7 +66,7 @@ def drain_host(
     settings: SettingsDep,
     session: SessionDep,
     name: HostName,
-    who: Admin,
+    who: HostOperator,
     body: Annotated[DrainRequest | None, Body()] = None,
 ) -> HostPublic:
     """Drain a host (admin): nothing new is placed there, and its running jobs checkpoint and resume elsewhere
@@ -79,7 +79,7 @@ def drain_host(
 
 
 @router.post("/hosts/{name}/undrain", response_model=HostPublic, responses={404: {"model": ErrorDetail}})
-def undrain_host(settings: SettingsDep, session: SessionDep, name: HostName, who: Admin) -> HostPublic:
+def undrain_host(settings: SettingsDep, session: SessionDep, name: HostName, who: HostOperator) -> HostPublic:
     """Give a drained host back to the scheduler (admin)."""
     host = _drain(settings, name, False, None)
     audit.record(session, who, "host.undrain", f"host {name}")

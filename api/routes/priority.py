@@ -7,7 +7,7 @@ from fastapi import APIRouter, HTTPException, status
 from api.auth import may_change_job
 from api.deps import CurrentUser, JobId, SessionDep, SettingsDep, job_or_404
 from api.models import JobPublic, PriorityChange
-from api.routes.jobs import public_job
+from api.routes.jobs import check_priority_ceiling, public_job
 from core import audit, jobs, wake
 
 router = APIRouter(tags=["jobs"])
@@ -20,7 +20,8 @@ def change_priority(
     """Set a queued job's priority (higher first; -1000 … 1000). A started job keeps its place. Members
     change their own jobs' only; admins any."""
     job = job_or_404(session, job_id)
-    may_change_job(who, job.owner_id, job_id, "changing the priority of")
+    may_change_job(who, job.owner_id, job_id, "job.priority")
+    check_priority_ceiling(session, who, change.priority)
     before = job.priority
     if not jobs.set_priority(session, job_id, change.priority):
         raise HTTPException(

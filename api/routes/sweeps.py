@@ -10,10 +10,12 @@ from pydantic import BaseModel, Field
 from sqlmodel import Session, col, select
 
 from api import submit_policy
-from api.deps import CurrentUser, SessionDep, SettingsDep
+from api.auth import may_change_job, permit
+from api.deps import CurrentUser, SessionDep, SettingsDep, SweepStarter
 from api.models import ErrorDetail, JobPublic
 from api.models_sweeps import SweepDetail, SweepPage, SweepPublic
-from core import jobs
+from api.routes.jobs import check_priority_ceiling
+from core import audit, jobs, quota_gate
 from core.resume import resume_spec
 from core.settings import Settings
 from core.sweeps import store
@@ -34,14 +36,9 @@ def _sweep_or_404(session: Session, sweep_id: int) -> Sweep:
     return row
 
 
-def _may_change(who: Principal, row: Sweep, what: str) -> None:
-    """The jobs' rule (api/auth.py `may_change_job`): members change only their own sweeps; admins any."""
-    if who.role == "admin" or (row.owner_id is not None and row.owner_id == who.user_id):
-        return
-    raise HTTPException(
-        status.HTTP_403_FORBIDDEN,
-        f"{what} sweep {row.id} needs role admin (or being its owner); {who.name} is {who.role} and does not own it",
-    )
+def _may_change(who: Principal, row: Sweep, action: str) -> None:
+    """core/permissions.py's rule for `action` on this sweep (members their own, admins any): 403 otherwise."""
+    permit(who, action, row.owner_id, f"sweep {row.id}")
 
 
 def _check_policy(spec: SweepSpec, settings: Settings) -> None:
@@ -74,10 +71,19 @@ def _check_policy(spec: SweepSpec, settings: Settings) -> None:
     response_model=SweepPublic,
     responses={422: {"description": "The sweep, or one of its corner trials, is invalid or refused."}},
 )
-def create_sweep(spec: SweepSpec, session: SessionDep, settings: SettingsDep, who: CurrentUser) -> SweepPublic:
-    """Start a sweep: its first `parallel` trials are queued at the scheduler's next pass (at once)."""
+def create_sweep(spec: SweepSpec, session: SessionDep, settings: SettingsDep, who: SweepStarter) -> SweepPublic:
+    """Start a sweep: its first `parallel` trials are queued at the scheduler's next pass (at once), each within
+    its owner's queued quota (a trial past it waits for a later pass)."""
     _check_policy(spec, settings)
-    row = store.create(session, spec, settings.queue, owner_id=who.user_id)
+    base = spec.job.get("priority", 0)
+    check_priority_ceiling(session, who, base if isinstance(base, int) else 0)
+    row = store.create(
+        session,
+        spec,
+        settings.queue,
+        owner_id=who.user_id,
+        before_commit=lambda r: audit.record(session, who, "sweep.create", f"sweep {r.id}", r.name),
+    )
     return SweepPublic.of(row)
 
 
@@ -104,9 +110,10 @@ def get_sweep(sweep_id: SweepId, session: SessionDep) -> SweepDetail:
 def cancel_sweep(sweep_id: SweepId, session: SessionDep, who: CurrentUser) -> SweepPublic:
     """Cancel the sweep and stop its queued and running trials (each checkpoints as a cancelled job does)."""
     row = _sweep_or_404(session, sweep_id)
-    _may_change(who, row, "cancelling")
+    _may_change(who, row, "sweep.cancel")
     if row.status not in store.ACTIVE:
         raise HTTPException(status.HTTP_409_CONFLICT, f"sweep {sweep_id} already {row.status}; nothing to cancel")
+    audit.record(session, who, "sweep.cancel", f"sweep {sweep_id}", f"was {row.status}")  # committed by cancel
     store.cancel(session, row)
     session.refresh(row)
     return SweepPublic.of(row)
@@ -114,11 +121,12 @@ def cancel_sweep(sweep_id: SweepId, session: SessionDep, who: CurrentUser) -> Sw
 
 def _move(session: Session, who: Principal, sweep_id: int, to: str, expect: tuple[str, ...]) -> SweepPublic:
     row = _sweep_or_404(session, sweep_id)
-    _may_change(who, row, "pausing" if to == "paused" else "resuming")
+    _may_change(who, row, "sweep.pause")
     if row.status == to:
         return SweepPublic.of(row)
     if not store.set_status(session, sweep_id, to, expect, note=f"{to} by request"):
         raise HTTPException(status.HTTP_409_CONFLICT, f"sweep {sweep_id} is {row.status}: it cannot be {to}")
+    audit.record(session, who, "sweep.pause" if to == "paused" else "sweep.resume", f"sweep {sweep_id}")
     store._wake(session)
     session.commit()
     session.refresh(row)
@@ -160,8 +168,11 @@ class Extend(BaseModel):
 def extend_best(
     sweep_id: SweepId, body: Extend, session: SessionDep, settings: SettingsDep, who: CurrentUser
 ) -> JobPublic:
-    """Resume the best trial from its newest checkpoint for longer: one new job (as `rankzero resume` makes)."""
+    """Resume the best trial from its newest checkpoint for longer: one new job (as `rankzero resume` makes),
+    the caller's. Only the sweep's owner or an admin (core/permissions.py `sweep.extend`), within the caller's
+    queued quota."""
     row = _sweep_or_404(session, sweep_id)
+    _may_change(who, row, "sweep.extend")
     head = SweepPublic.of(row, [v for _, _, v in store.trials(session, row)])
     if head.best_job_id is None:
         raise HTTPException(status.HTTP_409_CONFLICT, f"sweep {sweep_id} has no finished trial with its metric yet")
@@ -171,6 +182,8 @@ def extend_best(
     ).first()
     if job is None or newest is None or job.run_dir is None:
         raise HTTPException(status.HTTP_409_CONFLICT, f"job {head.best_job_id} (the best trial) has no checkpoint")
+    may_change_job(who, job.owner_id, int(job.id or 0), "job.resume")  # a resume's rule, as POST /api/jobs's
+    check_priority_ceiling(session, who, int(job.spec.get("priority") or 0))
     at = f"{job.run_dir}/{newest.path}"
     longer = body.max_steps or max(newest.step + 1, 2 * (job.total_steps or newest.step))
     spec, _ = resume_spec(
@@ -180,5 +193,20 @@ def extend_best(
         checked = submit_policy.apply(JobSpec.model_validate(spec), settings)
     except submit_policy.SpecRefused as exc:
         raise HTTPException(422, [{"loc": list(exc.loc), "msg": exc.msg, "type": "value_error"}]) from None
-    made = jobs.create(session, checked.name, checked.model_dump(mode="json"), settings.queue, owner_id=who.user_id)
+    try:
+        quota_gate.admit(session, settings, who.user_id)  # her row locked until the job's commit
+    except quota_gate.OverQuota as exc:
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            [{"loc": ["body"], "msg": str(exc), "type": "quota_exceeded"}],
+            headers={"Retry-After": "60"},
+        ) from None
+
+    def log(made: Job) -> None:
+        audit.record(session, who, "sweep.extend", f"sweep {sweep_id}", f"job {made.id} resumes job {job.id}")
+        audit.record(session, who, "job.submit", f"job {made.id}", f"extends the best trial of sweep {sweep_id}")
+
+    made = jobs.create(
+        session, checked.name, checked.model_dump(mode="json"), settings.queue, owner_id=who.user_id, before_commit=log
+    )
     return JobPublic.from_row(made, {who.user_id: who.name})

@@ -23,7 +23,7 @@ from sqlmodel import Session
 
 from api.auth import CSRF_HEADER, app_settings, session_csrf, token_matches
 from api.routes.environments import carry_lock
-from core import metric_rollup
+from core import metric_rollup, permissions
 from core.db import get_engine
 from core.paths import UnsafePath, run_dir_of
 from core.resume import derived_name, resume_spec
@@ -34,6 +34,9 @@ from trainer.spec_text import MAX_SPEC_TEXT_BYTES, SpecTextError, load_spec_text
 
 WEB_DIR = Path(__file__).resolve().parents[2] / "web"
 templates = Jinja2Templates(directory=str(WEB_DIR / "templates"))
+# What the signed-in role may do, per action, to her own targets and others' (core/permissions.py's one
+# table): base.html hands it to the pages' JS (web/static/js/me.js), which offer only what works.
+templates.env.globals["may_table"] = permissions.for_role
 
 # Pages draw only same-origin scripts and styles; uPlot styles its canvas through the CSSOM,
 # which style-src does not restrict. Inline JSON data blocks are not scripts, so they are fine.

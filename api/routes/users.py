@@ -8,8 +8,8 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path, status
 from sqlmodel import Session, col, select
 
-from api.auth import forbidden, forget_tokens
-from api.deps import MAX_ID, Admin, CurrentUser, SessionDep, SettingsDep
+from api.auth import forbidden, forget_tokens, permit
+from api.deps import MAX_ID, Admin, CurrentUser, SessionDep, SettingsDep, UserAdmin, UserChanger
 from api.models_team import (
     Me,
     NewToken,
@@ -21,7 +21,7 @@ from api.models_team import (
     UserCreated,
     UserPublic,
 )
-from core import audit, team_pass, users
+from core import audit, quotas, team_pass, users
 from core.tables import ApiToken, User
 from core.users import NAME_PATTERN, Principal
 
@@ -32,7 +32,7 @@ TokenId = Annotated[int, Path(ge=1, le=MAX_ID, description="Token id (GET /api/u
 
 def _user_or_404(session: Session, name: str) -> User:
     user = users.by_name(session, name)
-    if user is None:
+    if user is None or user.role == users.WORKER_ROLE:  # a worker host's credential: /api/workers only
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no user {name!r}: list users with GET /api/users (admin)")
     return user
 
@@ -59,18 +59,24 @@ def me(session: SessionDep, settings: SettingsDep, who: CurrentUser) -> Me:
     limits = (
         None
         if user.role == "admin"
-        else QuotaPublic(max_gpus=quota.max_gpus, max_cpu_slots=quota.max_slots, max_queued=quota.max_queued)
+        else QuotaPublic(
+            max_gpus=quota.max_gpus,
+            max_cpu_slots=quota.max_slots,
+            max_queued=quota.max_queued,
+            max_priority=quotas.ceiling_of(user.role, user.max_priority) or 0,
+        )
     )
     return Me(**UserPublic.from_row(user).model_dump(), quota=limits)
 
 
 @router.get("/users", response_model=list[UserPublic])
 def list_users(session: SessionDep, _who: Admin) -> list[UserPublic]:
-    return [UserPublic.from_row(u) for u in session.exec(select(User).order_by(col(User.id))).all()]
+    rows = session.exec(select(User).where(User.role != users.WORKER_ROLE).order_by(col(User.id))).all()
+    return [UserPublic.from_row(u) for u in rows]  # worker hosts' credentials: GET /api/workers
 
 
 @router.post("/users", status_code=status.HTTP_201_CREATED, response_model=UserCreated)
-def add_user(body: UserCreate, session: SessionDep, who: Admin) -> UserCreated:
+def add_user(body: UserCreate, session: SessionDep, who: UserAdmin) -> UserCreated:
     """Add a user and her first token (shown once: hand it over privately)."""
     try:
         user = users.add_user(session, body.name, body.role)
@@ -85,7 +91,7 @@ def add_user(body: UserCreate, session: SessionDep, who: Admin) -> UserCreated:
 
 
 @router.patch("/users/{name}", response_model=UserPublic)
-def change_user(name: UserName, body: UserChange, session: SessionDep, who: Admin) -> UserPublic:
+def change_user(name: UserName, body: UserChange, session: SessionDep, who: UserChanger) -> UserPublic:
     """Set a user's role or quotas (only the fields sent; a quota sent as null: the member default)."""
     user = _user_or_404(session, name)
     changes = body.model_dump(exclude_unset=True)
@@ -116,7 +122,7 @@ def list_tokens(name: UserName, session: SessionDep, who: CurrentUser) -> list[T
 def add_token(name: UserName, body: TokenCreate, session: SessionDep, who: CurrentUser) -> NewToken:
     """A new token (shown once). Admins, or a member for herself."""
     user = _user_or_404(session, name)
-    _self_or_admin(who, user, "adding a token")
+    permit(who, "token.add", user.id, f"a token of {user.name}")
     token = _new_token(session, user, body.name)
     audit.record(session, who, "token.add", f"token {token.id} of {user.name}", token.name)
     session.commit()
@@ -130,7 +136,7 @@ def revoke_token(token_id: TokenId, session: SessionDep, who: CurrentUser) -> To
     owner = session.get(User, row.user_id) if row is not None else None
     if row is None or owner is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no token {token_id}: GET /api/users/{{name}}/tokens")
-    _self_or_admin(who, owner, "revoking a token")
+    permit(who, "token.revoke", owner.id, f"token {token_id} of {owner.name}")
     users.revoke_token(session, token_id)
     audit.record(session, who, "token.revoke", f"token {token_id} of {owner.name}", row.name)
     session.commit()

@@ -34,7 +34,10 @@ _lock = threading.Lock()
 
 
 def worker_token(settings: Settings) -> str | None:
-    """The token a worker sends to the API (configured, else the data dir's file); None: it has none."""
+    """The token a worker sends to the API: its host's own credential (RANKZERO_WORKER_TOKEN), else the server
+    token (configured, else the data dir's file: an embedded set-up); None: it has none."""
+    if settings.worker_token is not None:
+        return settings.worker_token.get_secret_value()
     if settings.api_token is not None:
         return settings.api_token.get_secret_value()
     path = settings.data_dir / "api_token"

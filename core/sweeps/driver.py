@@ -15,7 +15,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
-from core import jobs
+from core import audit, jobs, quota_gate
 from core.db import get_engine
 from core.settings import Settings
 from core.sweeps import store
@@ -39,13 +39,13 @@ def drive_once(settings: Settings) -> Driven:
     started = 0
     for sweep_id in ids:
         try:
-            started += _drive(engine, int(sweep_id))
+            started += _drive(engine, int(sweep_id), settings)
         except Exception:  # one broken sweep must not stop the others (or the scheduler's pass)
             log.exception("sweep %s: the driver's pass failed", sweep_id)
     return Driven(active=len(ids), started=started)
 
 
-def _drive(engine: Any, sweep_id: int) -> int:
+def _drive(engine: Any, sweep_id: int, settings: Settings) -> int:
     with Session(engine) as session:
         sweep = session.get(Sweep, sweep_id)
         if sweep is None or sweep.status not in store.ACTIVE:
@@ -53,10 +53,10 @@ def _drive(engine: Any, sweep_id: int) -> int:
         spec = SweepSpec.model_validate(sweep.spec)
         views = [view for _, _, view in store.trials(session, sweep)]
         decision = decide(spec, sweep.status, views, name=f"sweep-{sweep_id}")
-        return _apply(session, sweep, spec, decision)
+        return _apply(session, sweep, spec, decision, settings)
 
 
-def _apply(session: Session, sweep: Sweep, spec: SweepSpec, decision: Decision) -> int:
+def _apply(session: Session, sweep: Sweep, spec: SweepSpec, decision: Decision, settings: Settings) -> int:
     assert sweep.id is not None
     for prune in decision.prune:
         _prune(session, sweep.id, spec, prune)
@@ -81,6 +81,11 @@ def _apply(session: Session, sweep: Sweep, spec: SweepSpec, decision: Decision) 
             session.commit()
             return started
         link = {"sweep_id": sweep.id, "number": new.number, "params": new.values}
+        try:  # the owner's queued quota, decided under her lock like a submit's (core/quota_gate.py)
+            quota_gate.admit(session, settings, sweep.owner_id)
+        except quota_gate.OverQuota as exc:  # the trial waits for a later pass
+            log.info("sweep %s: trial %s waits: %s", sweep.id, new.number, exc)
+            return started
         try:
             job = jobs.create(
                 session,
@@ -88,7 +93,7 @@ def _apply(session: Session, sweep: Sweep, spec: SweepSpec, decision: Decision) 
                 body,
                 sweep.queue,
                 owner_id=sweep.owner_id,
-                before_commit=lambda j, link=link: session.add(SweepTrial(job_id=j.id, **link)),
+                before_commit=lambda j, link=link: _link_trial(session, sweep, j, link),
             )
         except IntegrityError:  # another driver made this number meanwhile (a lease handed over mid-pass)
             session.rollback()
@@ -96,6 +101,18 @@ def _apply(session: Session, sweep: Sweep, spec: SweepSpec, decision: Decision) 
         log.info("sweep %s: trial %s is job %s (%s)", sweep.id, new.number, job.id, new.values)
         started += 1
     return started
+
+
+def _link_trial(session: Session, sweep: Sweep, job: Any, link: dict[str, Any]) -> None:
+    """The trial's link row and its audit entry, in the transaction that makes its job."""
+    session.add(SweepTrial(job_id=job.id, **link))
+    audit.record_for(
+        session,
+        sweep.owner_id,
+        "job.submit",
+        f"job {job.id}",
+        f"trial {link['number']} of sweep {sweep.id}: {job.name}",
+    )
 
 
 def _prune(session: Session, sweep_id: int, spec: SweepSpec, prune: Prune) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlalchemy import select, update
@@ -32,8 +32,15 @@ def _wake(session: Session) -> None:
     wake.after_commit(bind if isinstance(bind, Engine) else bind.engine)
 
 
-def create(session: Session, spec: SweepSpec, queue: str, owner_id: int | None = None) -> Sweep:
-    """Insert a running sweep (its trials come at the driver's next pass), committed; the scheduler is woken."""
+def create(
+    session: Session,
+    spec: SweepSpec,
+    queue: str,
+    owner_id: int | None = None,
+    before_commit: Callable[[Sweep], None] | None = None,
+) -> Sweep:
+    """Insert a running sweep (its trials come at the driver's next pass), committed; the scheduler is woken.
+    `before_commit` adds rows to the same transaction (the audit log's)."""
     row = Sweep(
         name=spec.name,
         spec=spec.model_dump(mode="json", by_alias=True),
@@ -42,6 +49,9 @@ def create(session: Session, spec: SweepSpec, queue: str, owner_id: int | None =
         owner_id=owner_id,
     )
     session.add(row)
+    if before_commit is not None:
+        session.flush()
+        before_commit(row)
     _wake(session)  # the scheduler's pass runs the driver: the first trials start at once
     session.commit()
     session.refresh(row)

@@ -425,6 +425,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/jobs/{job_id}/console-patterns": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Add Pattern
+         * @description Read a script job's console with one more pattern (RE2; named groups `value` and `key` or a fixed
+         *     `name`, optionally `step`): its series appear without rerunning the job.
+         */
+        post: operations["add_pattern_api_jobs__job_id__console_patterns_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/jobs/{job_id}/environment": {
         parameters: {
             query?: never;
@@ -704,7 +725,8 @@ export interface paths {
         put?: never;
         /**
          * Create Sweep
-         * @description Start a sweep: its first `parallel` trials are queued at the scheduler's next pass (at once).
+         * @description Start a sweep: its first `parallel` trials are queued at the scheduler's next pass (at once), each within
+         *     its owner's queued quota (a trial past it waits for a later pass).
          */
         post: operations["create_sweep_api_sweeps_post"];
         delete?: never;
@@ -764,7 +786,9 @@ export interface paths {
         put?: never;
         /**
          * Extend Best
-         * @description Resume the best trial from its newest checkpoint for longer: one new job (as `rankzero resume` makes).
+         * @description Resume the best trial from its newest checkpoint for longer: one new job (as `rankzero resume` makes),
+         *     the caller's. Only the sweep's owner or an admin (core/permissions.py `sweep.extend`), within the caller's
+         *     queued quota.
          */
         post: operations["extend_best_api_sweeps__sweep_id__extend_best_post"];
         delete?: never;
@@ -892,6 +916,71 @@ export interface paths {
          * @description A new token (shown once). Admins, or a member for herself.
          */
         post: operations["add_token_api_users__name__tokens_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/workers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Workers
+         * @description Every worker host given a credential, with its newest token's use and revocation (admin).
+         */
+        get: operations["list_workers_api_workers_get"];
+        put?: never;
+        /**
+         * Add Worker
+         * @description A new credential for the host (shown once; its earlier ones are revoked): set it there as
+         *     RANKZERO_WORKER_TOKEN.
+         */
+        post: operations["add_worker_api_workers_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/workers/me": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Whoami
+         * @description Which host a worker credential is (a worker checks its RANKZERO_WORKER_TOKEN with it).
+         */
+        get: operations["whoami_api_workers_me_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/workers/{host}/revoke": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Revoke Worker
+         * @description Revoke the host's credential: its requests are refused from now on (404 when it never had one).
+         */
+        post: operations["revoke_worker_api_workers__host__revoke_post"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1981,6 +2070,11 @@ export interface components {
             max_cpu_slots: number | null;
             /** Max Gpus */
             max_gpus: number | null;
+            /**
+             * Max Priority
+             * @description Her priority ceiling; null: the default (100). Admins: none.
+             */
+            max_priority?: number | null;
             /** Max Queued */
             max_queued: number | null;
             /** Name */
@@ -2029,6 +2123,13 @@ export interface components {
         };
         /** MetricsResponse */
         MetricsResponse: {
+            /**
+             * Console
+             * @description A script job's console reader: lines read, series recognised and an example line, or a suggested pattern when none was; capped_streams when a per-job cap stopped it (null: not a script job).
+             */
+            console?: {
+                [key: string]: unknown;
+            } | null;
             /** Job Id */
             job_id: number;
             /** Series */
@@ -2220,6 +2321,24 @@ export interface components {
                 number
             ] | null;
         };
+        /** PatternAdded */
+        PatternAdded: {
+            /**
+             * Applied
+             * @description 'stored console': replayed now; 'running job': its worker replays it.
+             */
+            applied: string;
+            /**
+             * Patterns
+             * @description The job's console patterns now, this one included.
+             */
+            patterns: number;
+            /**
+             * Points
+             * @description Points written from the stored console now (0 for a running job).
+             */
+            points: number;
+        };
         /**
          * PlacedNode
          * @description One node of a placed job: the host it runs on and what it holds there.
@@ -2282,6 +2401,12 @@ export interface components {
              * @description Most GPUs her jobs hold at once.
              */
             max_gpus: number;
+            /**
+             * Max Priority
+             * @description The highest priority she may give a job (her ceiling).
+             * @default 100
+             */
+            max_priority: number;
             /**
              * Max Queued
              * @description Most jobs she has queued at once.
@@ -2455,6 +2580,11 @@ export interface components {
             name: string;
             /** Note */
             note: string | null;
+            /**
+             * Owner Id
+             * @description The user who started it (her trials are her jobs).
+             */
+            owner_id?: number | null;
             /** Parallel */
             parallel: number;
             /**
@@ -2512,6 +2642,11 @@ export interface components {
             name: string;
             /** Note */
             note: string | null;
+            /**
+             * Owner Id
+             * @description The user who started it (her trials are her jobs).
+             */
+            owner_id?: number | null;
             /** Parallel */
             parallel: number;
             /**
@@ -2671,6 +2806,11 @@ export interface components {
             max_cpu_slots?: number | null;
             /** Max Gpus */
             max_gpus?: number | null;
+            /**
+             * Max Priority
+             * @description Her priority ceiling (null: the default); above it needs an admin.
+             */
+            max_priority?: number | null;
             /** Max Queued */
             max_queued?: number | null;
             /** Role */
@@ -2714,6 +2854,11 @@ export interface components {
             max_cpu_slots: number | null;
             /** Max Gpus */
             max_gpus: number | null;
+            /**
+             * Max Priority
+             * @description Her priority ceiling; null: the default (100). Admins: none.
+             */
+            max_priority?: number | null;
             /** Max Queued */
             max_queued: number | null;
             /** Name */
@@ -2736,6 +2881,65 @@ export interface components {
             msg: string;
             /** Error Type */
             type: string;
+        };
+        /**
+         * WorkerCreate
+         * @description A worker host's credential (issue 34): named by the host's RANKZERO_HOST_NAME.
+         */
+        WorkerCreate: {
+            /**
+             * Host
+             * @description The host's name (RANKZERO_HOST_NAME).
+             */
+            host: string;
+        };
+        /** WorkerCreated */
+        WorkerCreated: {
+            /** Created At */
+            created_at: string | null;
+            /** Host */
+            host: string;
+            /** Last Used At */
+            last_used_at: string | null;
+            /**
+             * Revoked At
+             * @description Set once revoked: the host is refused from then on.
+             */
+            revoked_at: string | null;
+            /**
+             * Token
+             * @description Shown once: set it as RANKZERO_WORKER_TOKEN on that host.
+             */
+            token: string;
+            /**
+             * Token Id
+             * @description Its newest token (GET /api/workers never shows a token).
+             */
+            token_id: number | null;
+        };
+        /** WorkerMe */
+        WorkerMe: {
+            /** Host */
+            host: string;
+        };
+        /** WorkerPublic */
+        WorkerPublic: {
+            /** Created At */
+            created_at: string | null;
+            /** Host */
+            host: string;
+            /** Last Used At */
+            last_used_at: string | null;
+            /**
+             * Revoked At
+             * @description Set once revoked: the host is refused from then on.
+             */
+            revoked_at: string | null;
+            /**
+             * Token Id
+             * @description Its newest token (GET /api/workers never shows a token).
+             */
+            token_id: number | null;
         };
     };
     responses: never;
@@ -3880,6 +4084,49 @@ export interface operations {
             };
         };
     };
+    add_pattern_api_jobs__job_id__console_patterns_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Job id. */
+                job_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ConsolePattern"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PatternAdded"];
+                };
+            };
+            /** @description Not a script job, or it has the most patterns a job may. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     get_environment_api_jobs__job_id__environment_get: {
         parameters: {
             query?: never;
@@ -4896,6 +5143,111 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["NewToken"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    list_workers_api_workers_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkerPublic"][];
+                };
+            };
+        };
+    };
+    add_worker_api_workers_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WorkerCreate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkerCreated"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    whoami_api_workers_me_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkerMe"];
+                };
+            };
+        };
+    };
+    revoke_worker_api_workers__host__revoke_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The host's name (RANKZERO_HOST_NAME). */
+                host: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkerPublic"];
                 };
             };
             /** @description Validation Error */

@@ -8,6 +8,7 @@
 import { api, ApiError } from "./api.js";
 import { $, h, setText } from "./dom.js";
 import { fmtAgo } from "./format.js";
+import { may } from "./me.js";
 
 /** @typedef {import("../../types/api").components["schemas"]["HostPublic"]} HostPublic */
 
@@ -52,6 +53,7 @@ function stateCell(host, state, why) {
 
 /** @param {HostPublic} host */
 function actionCell(host) {
+  if (!may("host.drain")) return h("td", { class: "host-actions" });  // an admin's (core/permissions.py)
   const button = host.drain_requested
     ? h("button", { type: "button", class: "btn btn-small", dataset: { action: "undrain", host: host.name }, "aria-label": `Undrain ${host.name}` }, "Undrain")
     : h("button", { type: "button", class: "btn btn-small btn-danger", dataset: { action: "drain", host: host.name }, "aria-label": `Drain ${host.name}` }, "Drain…");

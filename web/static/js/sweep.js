@@ -9,6 +9,7 @@ import { api, ApiError } from "./api.js";
 import { COLORS, LineChart, seriesStyle } from "./charts.js";
 import { $, h, setText } from "./dom.js";
 import { fmtNumber, statusBadge } from "./format.js";
+import { may } from "./me.js";
 
 /** @typedef {import("../../types/api").components["schemas"]["SweepDetail"]} SweepDetail */
 /** @typedef {import("../../types/api").components["schemas"]["SweepPublic"]} SweepPublic */
@@ -223,9 +224,12 @@ function renderHead(d) {
   setText($("#sweep-summary"), `${d.status} · ${d.method} · ${d.metric} (${d.goal}) · ${d.trials.length} of ${d.trials_total} trials, ${d.parallel} at a time${best}${d.note ? ` · ${d.note}` : ""}`);
   const actions = /** @type {HTMLElement} */ ($("#sweep-actions"));
   actions.hidden = false;
-  /** @type {HTMLButtonElement} */ ($("#sweep-pause")).hidden = d.status !== "running";
-  /** @type {HTMLButtonElement} */ ($("#sweep-resume")).hidden = d.status !== "paused";
-  /** @type {HTMLButtonElement} */ ($("#sweep-cancel")).hidden = d.status !== "running" && d.status !== "paused";
+  // Only what the table (core/permissions.py) lets her do to this sweep: its owner or an admin.
+  const owner = d.owner_id ?? null;
+  /** @type {HTMLButtonElement} */ ($("#sweep-pause")).hidden = d.status !== "running" || !may("sweep.pause", owner);
+  /** @type {HTMLButtonElement} */ ($("#sweep-resume")).hidden = d.status !== "paused" || !may("sweep.pause", owner);
+  /** @type {HTMLButtonElement} */ ($("#sweep-cancel")).hidden = (d.status !== "running" && d.status !== "paused") || !may("sweep.cancel", owner);
+  /** @type {HTMLButtonElement} */ ($("#sweep-extend")).hidden = !may("sweep.extend", owner);
   /** @type {HTMLButtonElement} */ ($("#sweep-extend")).disabled = !d.best_job_id;
 }
 
