@@ -1,33 +1,90 @@
-"""What the job sandbox costs (issue 19): launch → first step, and steps/s, with and without it.
+"""What the job sandbox costs: issue 34's sandbox (a non-root job, the seccomp filter, read-only /proc/sys and
+root, sized tmpfs, a default memory limit) against the sandbox before it ("legacy": namespaces, a cgroup,
+the job as the worker's uid), side by side in one run; and each against no sandbox.
 
-    .venv/bin/python bench/sandbox.py [--rounds 3] [--steps 400] [--nproc 1]
+    .venv/bin/python bench/sandbox.py [--rounds 3] [--steps 400] [--nproc 2]
 
-Each run is one attempt of the built-in trainer (mlp on synthetic data, CPU, gloo), started exactly
-as the supervisor starts it (worker/launch.py `launch`), sandboxed (RANKZERO_SANDBOX=on: bubblewrap
-namespaces + a cgroup) and not (off), alternating on / off / on / off ... in one invocation so drifting
-machine load hits both alike. "First step" is the time from the call to launch() to the first
-`progress` event's stamp (the submit → claim part before it is the same either way: the scheduler and
-claim do not change); steps/s is taken from the progress events between the first and the last.
-Prints each run, the medians and the ratios sandboxed / not, and the sandbox's fixed cost alone
-(`true` started in it vs directly, alternating, median of 20).
+Each run is one attempt of the built-in trainer (mlp on synthetic data, CPU; `--nproc 2`: a real 2-rank gloo
+DDP job, so torch's import and gloo's sockets run under the filter), started exactly as the supervisor starts
+it (worker/launch.py `launch`), in the order new / legacy / off, rotated every round so drifting machine load
+hits all alike. "First step" is the time from the call to launch() to the first `progress` event's stamp;
+steps/s is taken from the progress events between the first and the last. Then the sandbox's fixed cost
+alone: `true` started in each sandbox vs directly, alternating, median of 20.
+
+The legacy sandbox is rebuilt here (`legacy_prepare`, swapped in for worker.sandbox.prepare while a legacy
+run starts): the worker itself has no switch back to it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from core.settings import Settings
 from trainer.run_dir import RunDir
-from worker import sandbox
+from worker import sandbox, sandbox_cgroup, sandbox_limits, sandbox_seccomp
 from worker.launch import launch
+
+MODES = ("new", "legacy", "off")
+
+
+def legacy_args(view: sandbox.View) -> list[str]:
+    """bwrap's options as worker/sandbox.py built them before issue 34."""
+    args = ["--as-pid-1", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    args += [] if view.host_network else ["--unshare-net"]
+    args += [] if view.as_root else ["--unshare-user"]
+    args += ["--cap-drop", "ALL"]
+    shown: list[Path] = []
+    for path, target in view.system:
+        args += ["--symlink", target, path] if target is not None else ["--ro-bind", path, path]
+        shown += [Path(path)] if target is None else []
+    for path, is_dir in view.masked:
+        args += ["--tmpfs", path] if is_dir else ["--ro-bind", "/dev/null", path]
+    args += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", "/sys", "/sys", "--tmpfs", sandbox.SANDBOX_TMP]
+    for d in view.runtime_dirs:
+        args += ["--ro-bind", str(d), str(d)]
+        shown.append(d)
+    args += [a for h in view.hidden if any(sandbox._under(h, s) for s in shown) for a in ("--tmpfs", str(h))]
+    args += [a for dev in view.devices for a in ("--dev-bind", str(dev), str(dev))]
+    if view.datasets_dir is not None:
+        args += ["--ro-bind", str(view.datasets_dir), str(view.datasets_dir)]
+    args += [a for root in view.dataset_roots for a in ("--ro-bind-try", str(root), str(root))]
+    if view.code_dir is not None:
+        args += ["--ro-bind", str(view.code_dir), str(view.code_dir)]
+    args += [a for fd, f in view.input_fds for a in ("--ro-bind-fd", str(fd), str(f))]
+    if view.environment_dir is not None:
+        args += ["--ro-bind", str(view.environment_dir), str(view.environment_dir)]
+    return [*args, "--bind", str(view.run_dir), str(view.run_dir), "--chdir", str(view.cwd)]
+
+
+def legacy_prepare(view: sandbox.View, mark: str, memory_limit_mb: int | None, pids_max: int, **_: object):
+    """worker/sandbox.py's prepare before issue 34: no filter, no ids switch, no default memory limit."""
+    layout = sandbox.cgroups()
+    cgroup = sandbox_cgroup.create(layout, mark, memory_limit_mb, pids_max) if layout is not None else None
+    read, write = os.pipe()
+    return sandbox.Prepared(mark, [shutil.which("bwrap") or "bwrap", *legacy_args(view)], cgroup, read, write)
+
+
+@contextmanager
+def profile(mode: str):
+    real = sandbox.prepare
+    if mode == "legacy":
+        sandbox.prepare = legacy_prepare  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sandbox.prepare = real
 
 
 def _spec(steps: int, nproc: int) -> dict:
@@ -44,10 +101,11 @@ def _spec(steps: int, nproc: int) -> dict:
 
 
 def one_run(root: Path, job_id: int, mode: str, steps: int, nproc: int) -> tuple[float, float]:
-    settings = Settings.model_validate({"data_dir": root / "data", "sandbox": mode})
+    settings = Settings.model_validate({"data_dir": root / "data", "sandbox": "off" if mode == "off" else "on"})
     run = RunDir(settings.resolved_runs_dir / f"job_{job_id}")
     t0 = time.time()
-    launched = launch(run, _spec(steps, nproc), job_id, 1, nproc, None, settings)
+    with profile(mode):
+        launched = launch(run, _spec(steps, nproc), job_id, 1, nproc, None, settings)
     code = launched.proc.wait(timeout=1800)
     if code != 0:
         raise SystemExit(f"{mode} run failed ({code}): {launched.launcher_log.read_text()[-2000:]}")
@@ -61,49 +119,64 @@ def one_run(root: Path, job_id: int, mode: str, steps: int, nproc: int) -> tuple
     return first["time"] - t0, rate
 
 
-def spawn_cost(times: int = 20) -> tuple[float, float]:
-    """Median seconds to run `true` in a sandbox as launch builds it (namespaces + mounts) vs directly:
-    the fixed cost every attempt pays once, free of the trainer's noisy start-up."""
-    import subprocess
-
+def spawn_cost(times: int = 20) -> dict[str, float]:
+    """Median seconds to run `true` in each sandbox as prepare builds it vs directly: the fixed cost every
+    attempt pays once (the new one's includes writing the filter to a memfd and bwrap loading it)."""
+    settings = Settings()
+    root = os.geteuid() == 0
     view = sandbox.View(run_dir=Path(tempfile.gettempdir()), cwd=Path("/"), system=sandbox.system_dirs(),
-                        runtime_dirs=sandbox.runtime_dirs(""))  # fmt: skip
-    boxed = [sandbox.shutil.which("bwrap") or "bwrap", *sandbox.bwrap_args(view), "true"]
-    took: dict[str, list[float]] = {"on": [], "off": []}
+                        runtime_dirs=sandbox.runtime_dirs(""), as_root=root)  # fmt: skip
+    ids = (settings.sandbox_uid, settings.sandbox_gid) if root else None
+    new_view = sandbox.View(
+        **{**view.__dict__, "run_as": ids, "tmp_bytes": 2**30, "proc_masked": sandbox.proc_masked()}
+    )
+    bwrap = shutil.which("bwrap") or "bwrap"
+    took: dict[str, list[float]] = {m: [] for m in MODES}
     for _ in range(times):
-        for mode, cmd in (("on", boxed), ("off", ["true"])):
+        for mode in MODES:
             t = time.perf_counter()
-            subprocess.run(cmd, check=True)
+            if mode == "new":
+                fd = sandbox_seccomp.memfd()
+                subprocess.run([bwrap, "--seccomp", str(fd), *sandbox.bwrap_args(new_view), "true"], check=True,
+                               pass_fds=(fd,), preexec_fn=sandbox.bwrap_umask)  # fmt: skip
+                os.close(fd)
+            elif mode == "legacy":
+                subprocess.run([bwrap, *legacy_args(view), "true"], check=True)
+            else:
+                subprocess.run(["true"], check=True)
             took[mode].append(time.perf_counter() - t)
-    return statistics.median(took["on"]), statistics.median(took["off"])
+    return {m: statistics.median(v) for m, v in took.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--nproc", type=int, default=1)
+    parser.add_argument("--nproc", type=int, default=2)
     args = parser.parse_args()
     why = sandbox.probe()
     if why is not None:
         raise SystemExit(f"no sandbox on this host: {why}")
-    results: dict[str, list[tuple[float, float]]] = {"on": [], "off": []}
+    ceiling = sandbox_limits.ceiling_mb(sandbox_limits.host_memory_mb(), Settings().job_memory_fraction)
+    print(f"worker euid {os.geteuid()}; a job's memory limit by default {ceiling:,} MiB", flush=True)
+    results: dict[str, list[tuple[float, float]]] = {m: [] for m in MODES}
     with tempfile.TemporaryDirectory(prefix="rz-bench-sandbox-") as tmp:
         job = 0
         for r in range(args.rounds):
-            for mode in ("on", "off") if r % 2 == 0 else ("off", "on"):
+            for mode in MODES[r % 3 :] + MODES[: r % 3]:
                 job += 1
                 first, rate = one_run(Path(tmp), job, mode, args.steps, args.nproc)
                 results[mode].append((first, rate))
-                print(f"round {r + 1} sandbox {mode:>3}: first step {first:6.2f} s   {rate:8.1f} steps/s", flush=True)
+                print(f"round {r + 1} {mode:>6}: first step {first:6.2f} s   {rate:8.1f} steps/s", flush=True)
     med = {m: (statistics.median(f for f, _ in v), statistics.median(s for _, s in v)) for m, v in results.items()}
+    spawn = spawn_cost()
     print()
-    print(f"{'':12}{'first step (s)':>16}{'steps/s':>12}")
-    for mode in ("on", "off"):
-        print(f"sandbox {mode:<4}{med[mode][0]:>16.2f}{med[mode][1]:>12.1f}")
-    print(f"ratio on/off{med['on'][0] / med['off'][0]:>16.3f}{med['on'][1] / med['off'][1]:>12.3f}")
-    on, off = spawn_cost()
-    print(f"\nstarting a process: {on * 1000:.1f} ms in the sandbox, {off * 1000:.1f} ms without (median of 20)")
+    print(f"{'sandbox':<22}{'first step (s)':>16}{'steps/s':>12}{'start `true` (ms)':>20}")
+    for mode in MODES:
+        print(f"{mode:<22}{med[mode][0]:>16.2f}{med[mode][1]:>12.1f}{spawn[mode] * 1000:>20.1f}")
+    for a, b in (("new", "legacy"), ("new", "off"), ("legacy", "off")):
+        print(f"{'ratio ' + a + '/' + b:<22}{med[a][0] / med[b][0]:>16.3f}{med[a][1] / med[b][1]:>12.3f}"
+              f"{spawn[a] / spawn[b]:>20.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":
