@@ -1,6 +1,9 @@
 """A job is a sandbox: every attempt's processes run under bubblewrap (Debian's `bwrap`) in their own
 mount, pid, IPC and UTS namespaces (and a user namespace where the worker is not root), with every
 capability dropped, and in one cgroup (worker/sandbox_cgroup.py). docs/security.md "The job sandbox".
+Issue 34: never as uid 0 (a root worker's job switches to RANKZERO_SANDBOX_UID/GID: worker/sandbox_ids.py),
+under a seccomp filter (worker/sandbox_seccomp.py), with /proc/sys and its own root read-only, and within a
+memory limit that its /tmp and /dev/shm count against (worker/sandbox_limits.py).
 
 What an attempt sees (`View`, turned into bwrap's arguments by the pure `bwrap_args`):
 - read-only: the system dirs (/usr, /etc, ...), the Python environment and the service's code, the
@@ -50,9 +53,9 @@ SANDBOX_SHM = "/dev/shm"  # private tmpfs (POSIX shared memory, torch's DataLoad
 # /proc/sys is made read-only as a whole (bwrap's own cover skips it: the folder itself is never writable).
 PROC_MASKED = ("/proc/kcore", "/proc/sysrq-trigger", "/proc/timer_list", "/proc/keys", "/proc/key-users")
 # Secrets of the host inside the system dirs shown read-only: masked (a file by /dev/null, a folder by an empty
-# tmpfs). A worker that runs as root (a container, this service's compose) runs its jobs as uid 0 without
-# capabilities, and uid 0 owns these files: before, a job read /etc/shadow, and would have read the
-# systemd unit's settings (deploy/rankzero.service: /etc/rankzero/env, the token and database URL).
+# tmpfs). Before issue 34 a root worker ran its jobs as uid 0 without capabilities, and uid 0 owns these
+# files: a job read /etc/shadow, and would have read the systemd unit's settings (/etc/rankzero/env: the token
+# and database URL). Its jobs now run as RANKZERO_SANDBOX_UID; the masks stay (a second wall).
 SECRET_SYSTEM_PATHS = (
     "/etc/rankzero",
     "/etc/shadow",
