@@ -40,9 +40,10 @@ web-types: $(VENV)/.installed web
 chromium:
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-# Debian's bubblewrap: every job runs in its sandbox (worker/sandbox.py; RANKZERO_SANDBOX=off to go without).
+# Debian's bubblewrap: every job runs in its sandbox (worker/sandbox.py; RANKZERO_SANDBOX=off to go without);
+# libseccomp2: the jobs' seccomp filter is built with it (worker/sandbox_seccomp.py, through pyseccomp).
 sandbox:
-	@command -v bwrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; }
+	@{ command -v bwrap >/dev/null && /sbin/ldconfig -p | grep -q 'libseccomp\.so\.2 '; } || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap libseccomp2 >/dev/null; }
 
 up: $(VENV)/.installed web sandbox
 	$(BIN)/rankzero up

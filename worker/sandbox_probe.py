@@ -67,7 +67,7 @@ def run(bwrap: str, settings: Settings) -> str | None:
     """Start one sandbox as a job's would be (its view of the runtime, as the job's user: a root worker's
     RANKZERO_SANDBOX_UID/GID, under the filter) running `inner`: a runtime that user cannot read, or a
     kernel that refuses the filter, fails here at the worker's start, not in every job."""
-    from worker import sandbox, sandbox_seccomp
+    from worker import sandbox, sandbox_diagnose, sandbox_seccomp  # worker.sandbox imports this module
 
     root = os.geteuid() == 0
     try:
@@ -94,7 +94,13 @@ def run(bwrap: str, settings: Settings) -> str | None:
     finally:
         os.close(seccomp_fd)
     if done.returncode != 0:
-        return why(done.stderr.decode(errors="replace"), done.returncode, root=root, sysctls=read_sysctls())
+        stderr = done.stderr.decode(errors="replace")
+        # A container's missing option (its seccomp profile, systempaths, AppArmor) first: worker/sandbox_diagnose.py
+        last = (stderr.strip().splitlines() or [""])[-1]
+        setting = sandbox_diagnose.missing_setting(last, sandbox_diagnose.host_facts())
+        if setting is not None:
+            return f"bwrap cannot create the job's sandbox here ({last}); missing: {setting}"
+        return why(stderr, done.returncode, root=root, sysctls=read_sysctls())
     return None
 
 
