@@ -23,9 +23,10 @@ ENV PYTHONUNBUFFERED=1 \
     RANKZERO_DATASETS_DIR=/datasets \
     RANKZERO_HOST=0.0.0.0 \
     RANKZERO_PORT=8000
-# bubblewrap: every job runs in a sandbox (worker/sandbox.py; docs/security.md "The job sandbox").
+# bubblewrap: every job runs in a sandbox (worker/sandbox.py; docs/security.md "The job sandbox");
+# libseccomp2: the job's seccomp filter is built with it (pyseccomp loads it: worker/sandbox_seccomp.py).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends bubblewrap \
+ && apt-get install -y --no-install-recommends bubblewrap libseccomp2 \
  && rm -rf /var/lib/apt/lists/*
 RUN groupadd --system --gid 1000 rankzero \
  && useradd --system --uid 1000 --gid rankzero --home-dir /home/rankzero --create-home rankzero \
