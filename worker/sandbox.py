@@ -242,7 +242,20 @@ def probe() -> str | None:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return "bubblewrap (bwrap) is not installed"
-    return sandbox_probe.run(bwrap, _settings())
+    root = os.geteuid() == 0
+    try:
+        seccomp_fd = sandbox_seccomp.memfd()
+    except OSError as exc:
+        return str(exc)
+    settings = _settings()
+    view = View(run_dir=Path("/tmp"), cwd=Path("/"), system=system_dirs(), as_root=root,
+                runtime_dirs=runtime_dirs(""), proc_masked=proc_masked(),
+                run_as=(settings.sandbox_uid, settings.sandbox_gid) if root else None)  # fmt: skip
+    argv = [bwrap, "--seccomp", str(seccomp_fd), *bwrap_args(view), *sandbox_probe.inner_command()]
+    try:
+        return sandbox_probe.run(argv, seccomp_fd, root=root, preexec=bwrap_umask)
+    finally:
+        os.close(seccomp_fd)
 
 
 def bwrap_umask() -> None:

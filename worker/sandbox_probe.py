@@ -8,14 +8,12 @@ process does, then checks what a job relies on."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from core.settings import Settings
+from worker import sandbox_diagnose
 
 # sysctls that forbid a user namespace to a non-root user: (path under /proc/sys, the value that forbids it,
 # what to set instead)
@@ -63,36 +61,23 @@ def why(stderr: str, code: int, *, root: bool, sysctls: dict[str, str]) -> str:
     return f"bwrap cannot create namespaces here ({last})"
 
 
-def run(bwrap: str, settings: Settings) -> str | None:
-    """Start one sandbox as a job's would be (its view of the runtime, as the job's user: a root worker's
-    RANKZERO_SANDBOX_UID/GID, under the filter) running `inner`: a runtime that user cannot read, or a
-    kernel that refuses the filter, fails here at the worker's start, not in every job."""
-    from worker import sandbox, sandbox_diagnose, sandbox_seccomp  # worker.sandbox imports this module
+CHECK = "import sys; sys.path.insert(0, {repo!r}); from worker.sandbox_probe import inner; sys.exit(inner())"
 
-    root = os.geteuid() == 0
+
+def inner_command() -> list[str]:
+    """What the probe's sandbox runs (`inner`, with the service's code on its path)."""
+    return [sys.executable, "-I", "-c", CHECK.format(repo=str(Path(__file__).resolve().parent.parent))]
+
+
+def run(argv: list[str], seccomp_fd: int, *, root: bool, preexec: Callable[[], None]) -> str | None:
+    """Start one sandbox as a job's would be (`argv`: bwrap, its options for the job's view of the runtime, as
+    the job's user under the filter, then `inner_command`): a runtime that user cannot read, or a kernel that
+    refuses the filter, fails here at the worker's start, not in every job. None: it worked."""
     try:
-        seccomp_fd = sandbox_seccomp.memfd()
-    except OSError as exc:
-        return str(exc)
-    view = sandbox.View(
-        run_dir=Path("/tmp"),
-        cwd=Path("/"),
-        system=sandbox.system_dirs(),
-        as_root=root,
-        runtime_dirs=sandbox.runtime_dirs(""),
-        run_as=(settings.sandbox_uid, settings.sandbox_gid) if root else None,
-        proc_masked=sandbox.proc_masked(),
-    )
-    repo = str(Path(__file__).resolve().parent.parent)
-    check = f"import sys; sys.path.insert(0, {repo!r}); from worker.sandbox_probe import inner; sys.exit(inner())"
-    test = [bwrap, "--seccomp", str(seccomp_fd), *sandbox.bwrap_args(view), sys.executable, "-I", "-c", check]
-    try:
-        done = subprocess.run(test, capture_output=True, timeout=60, check=False, pass_fds=(seccomp_fd,),
-                              preexec_fn=sandbox.bwrap_umask)  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, timeout=60, check=False, pass_fds=(seccomp_fd,),
+                              preexec_fn=preexec)  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap could not run ({exc})"
-    finally:
-        os.close(seccomp_fd)
     if done.returncode != 0:
         stderr = done.stderr.decode(errors="replace")
         # A container's missing option (its seccomp profile, systempaths, AppArmor) first: worker/sandbox_diagnose.py
