@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTHON ?= python3
 
-.PHONY: up test test-fast lint web web-types chromium bench clean
+.PHONY: up test test-fast test-durations lint web web-types chromium bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -58,8 +58,18 @@ lint: $(VENV)/.installed-test web
 	$(BIN)/basedpyright --project .  # this folder's pyproject.toml, never a pyrightconfig.json in a parent folder
 	cd web && npm run --silent check
 
+# The suite runs on TEST_WORKERS pytest-xdist workers at once: most slow tests wait on processes, not the CPU.
+# tests/support/parallel.py decides which tests share a worker and starts the longest first (tests/durations.json);
+# the run ends with the 25 slowest tests and the seconds per folder.
+TEST_WORKERS ?= 4
+PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+
 test: $(VENV)/.installed-test web chromium sandbox lint
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) --durations=25
+
+# Re-measure tests/durations.json (what starts first) from a whole run; commit the file it writes.
+test-durations: $(VENV)/.installed-test web chromium sandbox
+	RANKZERO_WRITE_DURATIONS=tests/durations.json $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_PARALLEL)
 
 # The unit tier: no server, worker, browser or torchrun (tests/conftest.py marks those `slow`).
 test-fast: $(VENV)/.installed-test web

@@ -15,12 +15,15 @@ import tempfile
 
 import pytest
 
+from tests.support import parallel
+
 pytest_plugins = [
     "tests.support.databases",
     "tests.support.settings",
     "tests.support.services",
     "tests.support.servers",
     "tests.support.browser",
+    "tests.support.parallel",
 ]
 
 # Fixtures that start a process or need a server: the API, Celery workers, `rankzero up`, Redis /
@@ -73,9 +76,11 @@ def is_slow(node_id: str, fixture_names: set[str], marker_names: set[str]) -> bo
     )
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups `arrange` gives
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         markers = {mark.name for mark in item.iter_markers()}
         if "slow" not in markers and is_slow(item.nodeid, fixtures, markers):
             item.add_marker(pytest.mark.slow)
+    parallel.arrange(config, items)

@@ -2,17 +2,15 @@
 `new_page`) come from tests/support.
 
 - `db`: a SQLModel session on the web service's database, for seeding rows the way the worker would.
-- screenshots of an earlier run are removed once per session.
+- screenshots of an earlier run are removed once per run (tests/support/parallel.py).
 """
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 
 import pytest
 
-from tests.support.browser import SCREENSHOTS
 from tests.support.services import WebService
 
 pytestmark = pytest.mark.browser
@@ -26,9 +24,3 @@ def db(web_service: WebService) -> Iterator[object]:
 
     with Session(get_engine(web_service.database_url)) as session:
         yield session
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _fresh_screenshots() -> None:
-    if SCREENSHOTS.exists():
-        shutil.rmtree(SCREENSHOTS)
