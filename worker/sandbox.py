@@ -131,9 +131,8 @@ def _namespace_args(view: View) -> list[str]:
         args.append("--unshare-user")
     args += ["--cap-drop", "ALL"]
     if view.run_as is not None:  # for the job's first process to switch ids; the switch clears them
-        uid, gid = view.run_as
-        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
-                 "--setenv", sandbox_ids.RUN_AS_ENV, f"{uid}:{gid}"]  # fmt: skip
+        run_as = sandbox_ids.run_as_value(*view.run_as, sandbox_ids.device_groups(view.devices))
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--setenv", sandbox_ids.RUN_AS_ENV, run_as]
     return args
 
 

@@ -25,7 +25,7 @@ import os
 import stat
 from pathlib import Path
 
-RUN_AS_ENV = "RANKZERO_SANDBOX_RUN_AS"  # "uid:gid", read and removed by the job's first process
+RUN_AS_ENV = "RANKZERO_SANDBOX_RUN_AS"  # "uid:gid[:group,...]", read and removed by the job's first process
 JOB_UMASK = 0o077  # the job's files stay private to it, as they were under the worker's own umask
 PR_SET_DUMPABLE = 4
 
@@ -148,12 +148,29 @@ def share_input(fd: int, gid: int) -> None:
         os.fchmod(fd, group_readable(st.st_mode))
 
 
-def parse_run_as(value: str) -> tuple[int, int]:
-    uid, _, gid = value.partition(":")
+def device_groups(devices: tuple[Path, ...]) -> tuple[int, ...]:
+    """The groups the job needs for its GPU device nodes: a node not read-writable by all (the NVIDIA driver's
+    NVreg_DeviceFileMode=0660, group `video`) gives its group, never group 0 (root's group owns other files)."""
+    found: set[int] = set()
+    for dev in devices:
+        with contextlib.suppress(OSError):
+            st = dev.stat()
+            if st.st_mode & 0o006 != 0o006 and st.st_gid != 0:
+                found.add(st.st_gid)
+    return tuple(sorted(found))
+
+
+def run_as_value(uid: int, gid: int, groups: tuple[int, ...] = ()) -> str:
+    return f"{uid}:{gid}" + (":" + ",".join(map(str, groups)) if groups else "")
+
+
+def parse_run_as(value: str) -> tuple[int, int, tuple[int, ...]]:
+    uid, gid, *rest = value.split(":")
     ids = int(uid), int(gid)
-    if min(ids) <= 0:
+    groups = tuple(int(g) for g in rest[0].split(",")) if rest and rest[0] else ()
+    if min((*ids, *groups)) <= 0 or len(rest) > 1:
         raise ValueError(f"{RUN_AS_ENV}={value!r}: a job never runs as uid or gid 0")
-    return ids
+    return (*ids, groups)
 
 
 def drop_from_env() -> None:
@@ -164,8 +181,8 @@ def drop_from_env() -> None:
     value = os.environ.pop(RUN_AS_ENV, None)
     if value is None:
         return
-    uid, gid = parse_run_as(value)
-    os.setgroups([])
+    uid, gid, groups = parse_run_as(value)
+    os.setgroups(list(groups))
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)  # from uid 0 to non-zero: the kernel clears every capability
     # A process whose ids changed is not dumpable: its /proc files would stay root's, and the job's own

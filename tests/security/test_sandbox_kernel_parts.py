@@ -125,10 +125,29 @@ def test_sharing_follows_no_link(tmp_path: Path) -> None:
     assert outside.stat().st_gid != gid
 
 
-@pytest.mark.parametrize("value", ["0:0", "65533:0", "0:65533", "x:1"])
+@pytest.mark.parametrize("value", ["0:0", "65533:0", "0:65533", "x:1", "65533:65533:0", "65533:65533:44:1"])
 def test_a_job_never_runs_as_root(value: str) -> None:
     with pytest.raises(ValueError):
         sandbox_ids.parse_run_as(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "ids"),
+    [("65533:65533", (65533, 65533, ())), ("1000:1001:44,109", (1000, 1001, (44, 109)))],
+)
+def test_the_ids_a_job_runs_as(value: str, ids: tuple) -> None:
+    assert sandbox_ids.parse_run_as(value) == ids
+    assert sandbox_ids.run_as_value(*ids) == value
+
+
+def test_a_gpu_node_closed_to_others_gives_its_group(tmp_path: Path) -> None:
+    open_node, closed, roots = tmp_path / "nvidia0", tmp_path / "nvidia1", tmp_path / "nvidiactl"
+    for node, mode, gid in ((open_node, 0o666, 44), (closed, 0o660, 44), (roots, 0o660, 0)):
+        node.touch()
+        node.chmod(mode)
+        os.chown(node, 0, gid)
+    assert sandbox_ids.device_groups((open_node,)) == ()
+    assert sandbox_ids.device_groups((open_node, closed, roots)) == (44,)  # never root's group
 
 
 @pytest.mark.parametrize(
