@@ -6,11 +6,15 @@ X-Forwarded-For only when the connection comes from a proxy named in RANKZERO_TR
 proxy are `Secure`).
 
 - `FailureWindow`: at most `auth_failures_per_minute` wrong tokens per client in any 60 s; past
-  it, a request presenting a token (bearer header or the sign-in form) gets 429 with Retry-After
-  until the oldest failure leaves the window, right token or not (guessing stays at 10 a minute).
-  Pure (time is an argument), with table-driven tests.
-- `ClientLimitsMiddleware`: counts wrong bearer tokens into the window and refuses throttled
-  clients, and holds each client to `max_streams_per_client` open SSE streams (429 past it).
+  it, a request presenting an unknown token (bearer header or the sign-in form) gets 429 with
+  Retry-After until the oldest failure leaves the window. A right token is never throttled (issue 37:
+  ten wrong tokens from one address locked every user behind it, the admin included, out for a
+  minute): what the throttle slows is a scanner's load, not guessing, which 256-bit tokens make
+  pointless. Pure (time is an argument), with table-driven tests.
+- `ClientLimitsMiddleware`: counts wrong bearer tokens into the window and refuses the unknown tokens
+  of throttled clients, and holds each user (whatever her address; an address when no credential
+  is valid) to `max_streams_per_client` open SSE streams (429 past it): one user's sixteen tabs never
+  block another's first behind the same proxy or NAT.
 - `HostCheckMiddleware`: Starlette's trusted-Host check; `Host: testserver` (Starlette's
   TestClient) is answered only for requests from the in-process TestClient, whose client is the
   name "testclient" that no socket can have, never for one from the network.
@@ -25,10 +29,12 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from time import monotonic
 
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.auth import bearer_known
+from api.auth import bearer_known, bearer_principal, session_of
 from core.settings import Settings
 
 WINDOW_S = 60.0
@@ -93,7 +99,9 @@ async def _reply(send: Send, status: int, detail: str, retry_after: float | None
 
 
 def throttled_detail(retry_after: float) -> str:
-    return f"too many wrong tokens from this address; retry in {max(1, math.ceil(retry_after))} s with the right one"
+    return (
+        f"too many wrong tokens from this address; retry in {max(1, math.ceil(retry_after))} s, or now with a right one"
+    )
 
 
 class ClientLimitsMiddleware:
@@ -113,21 +121,32 @@ class ClientLimitsMiddleware:
             return
         client = client_of(scope)
         given = _bearer(scope)
-        if given is not None:
+        # The server token or a user's (api/auth.py; a cache hit or one indexed row): a right token passes
+        # whatever others sent from the same address.
+        if given is not None and not bearer_known(given, self.settings):
             wait = self.failures.retry_after(client, self.clock())
             if wait is not None:
                 await _reply(send, 429, throttled_detail(wait), wait)
                 return
-            if not bearer_known(given, self.settings):  # the server token or a user's (api/auth.py)
-                self.failures.record(client, self.clock())
+            self.failures.record(client, self.clock())
         if STREAM_PATH.match(scope.get("path", "")):
-            await self._stream(client, scope, receive, send)
+            who = await run_in_threadpool(self._stream_owner, scope, given)
+            await self._stream(who or f"address {client}", scope, receive, send)
             return
         await self.app(scope, receive, send)
 
+    def _stream_owner(self, scope: Scope, given: str | None) -> str | None:
+        """The user a stream counts against (by her credential: bearer token or session cookie), or None."""
+        if given is not None:
+            who = bearer_principal(given, self.settings)
+        else:
+            found = session_of(Request(scope), self.settings)
+            who = found[0] if found else None
+        return f"user {who.user_id}" if who is not None else None
+
     async def _stream(self, client: str, scope: Scope, receive: Receive, send: Send) -> None:
         if self.streams.get(client, 0) >= self.max_streams:
-            detail = f"at most {self.max_streams} live-update streams per client; close one (another tab) first"
+            detail = f"at most {self.max_streams} live-update streams per user; close one (another tab) first"
             await _reply(send, 429, detail, 5)
             return
         self.streams[client] = self.streams.get(client, 0) + 1

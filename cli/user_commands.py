@@ -18,8 +18,11 @@ from cli.views import local_time
 users_app = typer.Typer(help="Users of this instance (admin): list, add, set role or quotas.", no_args_is_help=True,
                         rich_markup_mode=None)  # fmt: skip
 tokens_app = typer.Typer(help="API tokens: list, add, revoke.", no_args_is_help=True, rich_markup_mode=None)
+workers_app = typer.Typer(help="Worker hosts' own credentials (admin): list, add, revoke.", no_args_is_help=True,
+                          rich_markup_mode=None)  # fmt: skip
 app.add_typer(users_app, name="users")
 app.add_typer(tokens_app, name="tokens")
+app.add_typer(workers_app, name="workers")
 
 RoleOpt = Annotated[str, typer.Option("--role", help="viewer, member or admin.")]
 
@@ -125,19 +128,66 @@ def users_set(  # noqa: PLR0913 (one parameter per command-line option)
     max_gpus: Annotated[int | None, typer.Option(help="Most GPUs at once (-1: the default).")] = None,
     max_cpu_slots: Annotated[int | None, typer.Option(help="Most CPU slots at once (-1: the default).")] = None,
     max_queued: Annotated[int | None, typer.Option(help="Most queued jobs (-1: the default).")] = None,
+    max_priority: Annotated[
+        str | None, typer.Option(help="Highest priority she may give a job, -1000…1000 ('default': 100).")
+    ] = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """Set a user's role or quotas."""
+    """Set a user's role, quotas or priority ceiling."""
     body: dict[str, Any] = {"role": role} if role else {}
     for key, value in (("max_gpus", max_gpus), ("max_cpu_slots", max_cpu_slots), ("max_queued", max_queued)):
         if value is not None:
             body[key] = None if value < 0 else value
+    if max_priority is not None:  # a ceiling may be negative: 'default' (not -1) goes back to the default
+        try:
+            body["max_priority"] = None if max_priority == "default" else int(max_priority)
+        except ValueError:
+            fail(f"--max-priority {max_priority!r}: an integer -1000…1000, or 'default'", code=2)
     if not body:
         fail("nothing to set: give --role or a --max-* option", code=2)
     u = call(lambda: client_for(url, token).request("PATCH", f"/users/{name}", json=body))
     gpus, slots, queued = quota_cells(u)
-    console.print(f"user {u['name']}: {u['role']}, GPUs {gpus}, slots {slots}, queued {queued}", highlight=False)
+    ceiling = "default" if u.get("max_priority") is None else u["max_priority"]
+    console.print(
+        f"user {u['name']}: {u['role']}, GPUs {gpus}, slots {slots}, queued {queued}, priority ceiling {ceiling}",
+        highlight=False,
+    )
+
+
+@workers_app.command("list")
+def workers_list(url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Each worker host given a credential: when, last used, revoked."""
+    rows = call(lambda: client_for(url, token).get("/workers"))
+    from rich import box
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD)
+    for col in ("host", "token", "created", "last used", "revoked"):
+        table.add_column(col)
+    for w in rows:
+        created, used, revoked = (
+            local_time(w[k], short=True) if w[k] else "" for k in ("created_at", "last_used_at", "revoked_at")
+        )
+        table.add_row(w["host"], str(w["token_id"] or ""), created, used or "never", revoked)
+    console.print(table)
+
+
+@workers_app.command("add")
+def workers_add(host: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """A credential for worker host HOST (its RANKZERO_HOST_NAME), printed once; its earlier ones are revoked."""
+    made = call(lambda: client_for(url, token).post("/workers", json={"host": host}))
+    console.print(f"worker credential for host {made['host']} (token {made['token_id']}):")
+    console.print(made["token"], highlight=False, soft_wrap=True)
+    console.print(f"Shown once: set RANKZERO_WORKER_TOKEN to it on {made['host']} (it ships and fetches a worker's "
+                  "files only; `rankzero workers revoke HOST` ends it).", style="dim")  # fmt: skip
+
+
+@workers_app.command("revoke")
+def workers_revoke(host: str, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Revoke worker host HOST's credential: refused from now on."""
+    w = call(lambda: client_for(url, token).post(f"/workers/{host}/revoke"))
+    console.print(f"worker credential of host {w['host']} revoked")
 
 
 @tokens_app.command("list")

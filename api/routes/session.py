@@ -75,11 +75,11 @@ def login(
         raise HTTPException(status.HTTP_403_FORBIDDEN, "cross-site sign-in refused")
     failures: FailureWindow = request.app.state.auth_failures
     client = client_of(request.scope)
-    wait = failures.retry_after(client, monotonic())
-    if wait is not None:
-        return page(request, "login.html", "", next=_safe_next(next), error=throttled_detail(wait), status_code=429)
     who = bearer_principal(token, settings) if token else None
-    if who is None:
+    if who is None:  # a right token signs in whatever others sent from this address (api/client_limits.py)
+        wait = failures.retry_after(client, monotonic())
+        if wait is not None:
+            return page(request, "login.html", "", next=_safe_next(next), error=throttled_detail(wait), status_code=429)
         failures.record(client, monotonic())
         # 200, not 401: the form is re-rendered with its message, and the browser console stays clean.
         return page(

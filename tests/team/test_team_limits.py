@@ -1,0 +1,95 @@
+"""Throttles per credential and per user, never per address alone; a member's priority ceiling; every sweep
+change audited (issues 37 and 34 part 4), on a live API. No worker: jobs stay queued."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import httpx
+
+from tests.support.jobs import fake_spec, wait
+
+WRONG = "w" * 43
+
+
+def test_a_wrong_token_flood_never_locks_out_right_tokens_from_the_same_address(service, add_user) -> None:
+    settings, admin = service(auth_failures_per_minute=5)
+    base = str(admin.http.base_url)
+    _, alice = add_user(admin, "alice")
+    stop = threading.Event()
+    flooded: list[int] = []
+
+    def flood() -> None:
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {WRONG}"}, timeout=30) as http:
+            while not stop.is_set():
+                flooded.append(http.get("/jobs").status_code)
+
+    thread = threading.Thread(target=flood)
+    thread.start()
+    try:
+        wait(lambda: flooded.count(429) >= 20, timeout=60, what="the flood to be throttled")
+        for _ in range(20):  # all from 127.0.0.1, as the flood
+            assert alice.http.get("/jobs").status_code == 200
+            assert admin.http.get("/users").status_code == 200
+        assert alice.http.post("/jobs", json=fake_spec("during-the-flood")).status_code == 201
+    finally:
+        stop.set()
+        thread.join()
+    assert set(flooded) == {401, 429} and flooded.count(401) <= 5 + 1  # the flood itself stays throttled
+
+
+def test_live_streams_are_capped_per_user_not_per_address(service, add_user) -> None:
+    settings, admin = service(max_streams_per_client=2)
+    _, alice = add_user(admin, "alice")
+    _, bob = add_user(admin, "bob")
+    job = alice.submit(fake_spec("watched"))
+    url = f"/jobs/{job['id']}/stream"
+    with contextlib.ExitStack() as streams:
+        opened = [streams.enter_context(bob.http.stream("GET", url)) for _ in range(2)]
+        assert [r.status_code for r in opened] == [200, 200]
+        third = bob.http.get(url)
+        assert third.status_code == 429 and "per user" in third.json()["detail"]
+        with alice.http.stream("GET", url) as hers:  # same address, another user: her first stream opens
+            assert hers.status_code == 200
+
+
+def test_a_members_priority_is_capped_by_her_ceiling(service, add_user) -> None:
+    settings, admin = service()
+    _, alice = add_user(admin, "alice")
+    r = alice.http.post("/jobs", json=fake_spec("loud", priority=1000))
+    assert r.status_code == 403 and "priority ceiling of 100" in r.json()["detail"], r.text
+    assert admin.http.patch("/users/alice", json={"max_priority": 5}).status_code == 200
+    assert alice.http.get("/me").json()["quota"]["max_priority"] == 5
+    r = alice.http.post("/jobs", json=fake_spec("six", priority=6))
+    assert r.status_code == 403 and "alice's priority ceiling of 5" in r.json()["detail"], r.text
+    job = alice.submit(fake_spec("five", priority=5))
+    r = alice.http.patch(f"/jobs/{job['id']}", json={"priority": 50})
+    assert r.status_code == 403 and "ceiling of 5" in r.json()["detail"]
+    assert admin.http.patch(f"/jobs/{job['id']}", json={"priority": 900}).json()["priority"] == 900  # admins: none
+    sweep = {"name": "loud", "job": fake_spec("loud", priority=7), "parameters": {"optimizer.lr": {"choice": [0.1]}}}
+    r = alice.http.post("/sweeps", json=sweep)
+    assert r.status_code == 403 and "ceiling of 5" in r.json()["detail"]
+    assert "max_priority=5" in admin.http.get("/audit?action=user.quota").json()[0]["detail"]
+
+
+def test_every_sweep_change_is_audited_with_its_actor(service, add_user) -> None:
+    settings, admin = service()
+    _, alice = add_user(admin, "alice")
+    _, bob = add_user(admin, "bob")
+    body = {"name": "aud", "job": fake_spec("aud"), "parameters": {"optimizer.lr": {"choice": [0.1, 0.2]}}}
+    sweep = alice.http.post("/sweeps", json=body).json()
+    sid = sweep["id"]
+    assert alice.http.post(f"/sweeps/{sid}/pause").status_code == 200
+    assert alice.http.post(f"/sweeps/{sid}/resume").status_code == 200
+    assert bob.http.post(f"/sweeps/{sid}/cancel").status_code == 403  # not his
+    assert bob.http.post(f"/sweeps/{sid}/extend-best", json={}).status_code == 403
+    assert admin.http.post(f"/sweeps/{sid}/cancel").status_code == 202
+    log = [(e["actor"], e["action"], e["target"]) for e in reversed(admin.http.get("/audit").json())]
+    sweep_log = [e for e in log if e[2] == f"sweep {sid}"]
+    assert sweep_log == [
+        ("alice", "sweep.create", f"sweep {sid}"),
+        ("alice", "sweep.pause", f"sweep {sid}"),
+        ("alice", "sweep.resume", f"sweep {sid}"),
+        ("admin", "sweep.cancel", f"sweep {sid}"),
+    ]
