@@ -28,6 +28,7 @@ from api.routes import (
     audit,
     checkpoints,
     code,
+    console_patterns,
     environments,
     health,
     hosts,
@@ -106,6 +107,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     protected = APIRouter(dependencies=[Depends(require_auth)])
     for module in (jobs, priority, hosts, operations, metrics, checkpoints, logs, stream, schema, code):
         protected.include_router(module.router)
+    protected.include_router(console_patterns.router)  # a console pattern added to a job (issue 36)
     for module in (users, audit, housekeeping, workers):  # issue 23: team; issue 34: worker hosts' credentials
         protected.include_router(module.router)
     for module in (artifacts, outputs):  # the artifact store (workers upload) and a job's outputs (issue 22)

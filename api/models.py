@@ -236,6 +236,11 @@ class MetricSeries(BaseModel):
 class MetricsResponse(BaseModel):
     job_id: int
     series: list[MetricSeries]
+    console: dict[str, Any] | None = Field(
+        None,
+        description="A script job's console reader: lines read, series recognised and an example line, or a "
+        "suggested pattern when none was; capped_streams when a per-job cap stopped it (null: not a script job).",
+    )
 
 
 class CheckpointPublic(BaseModel):

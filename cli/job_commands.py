@@ -22,6 +22,7 @@ import typer
 from cli import views
 from cli.app import TokenOpt, UrlOpt, app, call, client_for, console, err, fail
 from cli.client import Api, CliError
+from cli.console_note import console_words
 from cli.spec_input import load_spec, with_overrides
 from cli.terminal import for_output
 
@@ -173,6 +174,10 @@ def show(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
     if job.get("error"):
         console.print(views.text(job["error"], "red"), soft_wrap=True)
     console.print(views.timeline_table(job.get("transitions", [])))
+    if (job.get("spec") or {}).get("entrypoint"):  # a script job: what its console gave (issue 36)
+        metrics = call(lambda: client_for(url, token).get(f"/jobs/{job_id}/metrics", max_points=10))
+        for line in console_words(metrics.get("console")):
+            console.print(views.text(line), soft_wrap=True)
 
 
 @app.command()

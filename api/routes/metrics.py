@@ -61,7 +61,8 @@ def get_metrics(  # noqa: PLR0913 (one parameter per query field)
         )
     metric_rollup.refresh(session, job_id)
     names = list(dict.fromkeys(name)) if name else metric_rollup.series_names(session, job_id)
-    from_console = _console_names(job, settings)
+    console = _console_file(job, settings)
+    from_console = {n for n in console.get("names", []) if isinstance(n, str)} if console else set()
     series = []
     for n in names:
         s = metric_rollup.query(session, job_id, n, max_points, start_step, end_step)
@@ -74,17 +75,18 @@ def get_metrics(  # noqa: PLR0913 (one parameter per query field)
                 source="console" if s.name in from_console else None,
             )
         )
-    return MetricsResponse(job_id=job_id, series=series)
+    summary = console.get("summary") if console else None
+    return MetricsResponse(job_id=job_id, series=series, console=summary if isinstance(summary, dict) else None)
 
 
-def _console_names(job: Job, settings: Settings) -> set[str]:
-    """The series a script job's console gave (worker/console_feed.py notes them in its run dir)."""
+def _console_file(job: Job, settings: Settings) -> dict | None:
+    """What a script job's console gave: series names and the reader's summary (worker/console_feed.py notes
+    them in its run dir); None for the built-in trainer, {} before the worker wrote it."""
     if not job.spec or job.spec.get("entrypoint") is None:
-        return set()
+        return None
     try:
         run = RunDir(run_dir_of(job, settings))  # the job's run dir: its link or FIFO is not followed, bounded
-        names = json.loads(run_files.read_text(run.console_series, run.root, max_bytes=CONSOLE_SERIES_MAX_BYTES))
-        names = names.get("names", [])
-    except (OSError, ValueError, AttributeError, UnsafePath):
-        return set()
-    return {n for n in names if isinstance(n, str)}
+        found = json.loads(run_files.read_text(run.console_series, run.root, max_bytes=CONSOLE_SERIES_MAX_BYTES))
+    except (OSError, ValueError, UnsafePath):
+        return {}
+    return found if isinstance(found, dict) else {}

@@ -105,6 +105,7 @@ class ConsoleMetrics:
     last_step: dict[str, int] = field(default_factory=dict)  # name → its newest point's step
     dropped_names: int = 0
     reader: ConsoleReader = field(default_factory=ConsoleReader)
+    only_patterns: bool = False  # a replay: the reader learns the steps, only the patterns' points are kept
     _partial: dict[str, str] = field(default_factory=dict)  # stream → its line still being written
 
     def feed(self, text: str, stream: str = "") -> list[Point]:
@@ -131,7 +132,8 @@ class ConsoleMetrics:
         if self.defaults:
             read = self.reader.line(line)
             self._advance(self.reader.steps.step, self.reader.steps.total)
-            found.extend((p.name, p.value, p.step) for p in read)
+            if not self.only_patterns:
+                found.extend((p.name, p.value, p.step) for p in read)
         points = [self._point(name, value, at) for name, value, at in found]
         return [p for p in points if p is not None]
 
@@ -158,3 +160,11 @@ class ConsoleMetrics:
             at = max(self.step if self.step is not None else count, self.last_step.get(name, -1) + 1)
         self.last_step[name] = max(at, self.last_step.get(name, -1))
         return Point(step=at, name=name, value=value)
+
+
+def replay(pieces: Iterable[tuple[str, str]], patterns: list[UserPattern]) -> list[Point]:
+    """The points `patterns` find in a stored console ((stream, text) pieces in the order read), at the steps
+    the reader learns from the same lines: a pattern added to a job after its lines were printed."""
+    c = ConsoleMetrics(patterns=patterns, only_patterns=True)
+    points = [p for stream, text in pieces for p in c.feed(text, stream)]
+    return points + c.flush()

@@ -10,9 +10,10 @@ import re
 
 from core.console_reader.gate import Point, SeriesGate
 from core.console_reader.steps import StepTracker
-from core.console_reader.tokens import UNITS, Fraction, Line, Pair, read_line
+from core.console_reader.tokens import UNITS, Fraction, Line, Pair, header_of, read_line
 
 MAX_NAME_CHARS = 100
+_DIGIT = re.compile(r"\d")
 _CELL = re.compile(
     r"(?P<num>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)(?P<unit>[A-Za-z%]{0,3}):?"
     r"|(?P<n>\d+)/(?P<m>\d+):?"
@@ -53,6 +54,12 @@ class ConsoleReader:
         self.header: tuple[str, ...] | None = None
 
     def line(self, text: str) -> list[Point]:
+        if _DIGIT.search(text) is None:  # no number: no point (a header row at most), for the cost of one search
+            header = header_of(text)
+            if header is not None:
+                self.header = header
+            self.gate.lines += 1
+            return []
         parsed = read_line(text)
         if parsed.header is not None:
             self.header = parsed.header

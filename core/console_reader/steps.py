@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from core.console_reader.tokens import Fraction, Line, Pair
 
@@ -30,6 +31,7 @@ _SPLIT = re.compile(r"[^a-z0-9]+")
 MAX_STEP = 10**12
 
 
+@lru_cache(maxsize=4096)  # a job's keys repeat on every line
 def role(key: str | None) -> str | None:
     """ "step" / "epoch" / "batch" for a counter's key (`global_step`, `Train Epoch`, `Epoch(train)`,
     `num_updates`, `batches`), None for a value's (`max_steps`, `warmup_steps`, `loss`)."""

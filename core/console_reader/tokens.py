@@ -13,9 +13,10 @@ What only looks numeric is no value: a number glued to digits, dots, colons or d
 `v1.2`), with a unit we do not know (`3x3`, `2nd`), or in a date's `12/01 10:00` (a fraction followed by a
 clock time). Keys are bounded (MAX_KEY_WORDS words, MAX_KEY_CHARS characters) and must start with a letter.
 
-Linear in the line: one left-to-right scan with a tokenising regex whose alternatives are single
-character-class runs (no nested or overlapping quantifiers, so no backtracking that grows with the line),
-then constant work per token. Callers cut lines at a fixed length first (worker/console_metrics.py).
+Linear in the line: one left-to-right regex scan for the numbers (its alternatives are single character-class
+runs: no nested or overlapping quantifiers, so no backtracking that grows with the line), then, per number,
+searches of the text between it and the one before (each character is looked at a bounded number of times).
+Callers cut lines at a fixed length first (core/console_reader/job.py MAX_LINE_CHARS).
 """
 
 from __future__ import annotations
@@ -27,15 +28,13 @@ from dataclasses import dataclass, field
 MAX_KEY_CHARS = 48
 MAX_KEY_WORDS = 4
 
-# num: 1,234,567 | 12 | 1.5 | .5 | 1e-05, then a unit glued on; word: letters, digits, _ joined by ./@- ;
-# space; anything else one character at a time.
-_TOKEN = re.compile(
-    r"(?P<num>[-+]?(?:\d{1,3}(?:,\d{3})+(?![\d.])|\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
-    r"(?P<unit>%|[A-Za-zµ]+(?:/[A-Za-z]+)?)?"
-    r"|(?P<word>[A-Za-z_][A-Za-z0-9_]*(?:[./@-][A-Za-z0-9_]+)*)"
-    r"|(?P<space>\s+)"
-    r"|(?P<other>.)"
-)
+# A number: 1,234,567 | 12 | 1.5 | .5 | 1e-05; then a unit glued on; each alternative one character-class run.
+_NUM = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+(?![\d.])|\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
+_UNIT = re.compile(r"%|[A-Za-zµ]+(?:/[A-Za-z]+)?")
+_FRAC_TAIL = re.compile(r"[ \t]*/[ \t]*(\d+)(?![\d.])")  # after an integer: ` / 1000`
+_PERCENT = re.compile(r"[ \t]*\([ \t]*\d+(?:\.\d*)?%\)")
+_CLOSE = re.compile(r"[ \t]*\)")
+_WORD_AFTER = re.compile(r"[ \t]*([A-Za-z]+)")
 UNITS = frozenset(
     [
         "%",
@@ -80,8 +79,7 @@ UNITS = frozenset(
         "tflops",
     ]
 )
-_GLUE_BEFORE = frozenset(".:-/")  # after a digit and one of these, a number is part of a date, clock or version
-_BOUNDARY = frozenset("|,;[]{}")  # always ends a field
+_BOUNDARIES = "|,;[]{}\t"  # each ends a field (so does ` - `)
 _STRIP = " \t:=\"'`*>#"  # around a key
 _HEADER_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_@/.()-]*")
 _CLOCK = re.compile(r"\s*\d{1,2}:\d{2}")
@@ -113,56 +111,12 @@ class Line:
     columns: tuple[str, ...] = ()  # the line's whitespace-separated chunks (a header's rows are matched on them)
 
 
-@dataclass
-class _Tok:
-    kind: str  # num | word | space | other
-    text: str
-    start: int
-    end: int
-    value: float = 0.0
-    unit: str = ""
-    clean: bool = True  # a number that is a value (not glued into a date, a version, a path)
-
-
 def _number(text: str) -> float | None:
     try:
         value = float(text.replace(",", ""))
     except ValueError:
         return None
     return value if math.isfinite(value) else None
-
-
-def _tokens(line: str) -> list[_Tok]:
-    out: list[_Tok] = []
-    for m in _TOKEN.finditer(line):
-        kind = m.lastgroup or "other"
-        if kind == "unit":
-            kind = "num"
-        text = m.group(0)
-        tok = _Tok(kind, text, m.start(), m.end())
-        if m.group("num") is not None:
-            tok.kind = "num"
-            value = _number(m.group("num"))
-            tok.unit = (m.group("unit") or "").lower()
-            tok.value = value if value is not None else 0.0
-            tok.clean = value is not None and (not tok.unit or tok.unit in UNITS)
-            tok.text = m.group("num")
-        out.append(tok)
-    for i, tok in enumerate(out):
-        if tok.kind != "num" or not tok.clean:
-            continue
-        before = line[tok.start - 1] if tok.start > 0 else " "
-        before2 = line[tok.start - 2] if tok.start > 1 else " "
-        after = line[tok.end : tok.end + 2]
-        if before.isalnum() or before == "_" or (before in _GLUE_BEFORE and (before2.isdigit() or before == ".")):
-            tok.clean = False  # 2024-[01], 12:[30], 1.2[.3], x[86]: part of a date, a clock, a version
-        elif after[:1] in (".", "-", ":", "/") and after[1:2].isalnum():
-            tok.clean = False  # [2024]-01, [12]:30, [96]:log_dist, [1]/2 (a fraction is read apart, below)
-        elif i + 1 < len(out) and out[i + 1].kind == "word" and out[i + 1].start == tok.end:
-            tok.clean = False  # a number run into a word (a unit we do not know)
-        elif after[:1] == "|":
-            tok.clean = False  # a progress bar's percentage (`100%|████|`): its count is read as N/M
-    return out
 
 
 _COUNT_NOUNS = frozenset(
@@ -232,8 +186,9 @@ def _key_of(prefix: str) -> str | None:
     return key
 
 
-def _is_int(tok: _Tok) -> bool:
-    return tok.kind == "num" and tok.clean and not tok.unit and tok.text.lstrip("+-").replace(",", "").isdigit()
+def header_of(line: str) -> tuple[str, ...] | None:
+    """The column names when `line` is a table's header row (three names or more and nothing else)."""
+    return _header(line.split())
 
 
 def _header(chunks: list[str]) -> tuple[str, ...] | None:
@@ -242,88 +197,92 @@ def _header(chunks: list[str]) -> tuple[str, ...] | None:
     return tuple(chunks)
 
 
-def _skip_space(toks: list[_Tok], i: int) -> int:
-    while i < len(toks) and toks[i].kind == "space":
-        i += 1
-    return i
+def _field_start(line: str, lo: int, hi: int) -> int:
+    """Where the field that ends at `hi` begins: after the last boundary (or ` - `) in line[lo:hi], else `lo`."""
+    at = max(line.rfind(c, lo, hi) for c in _BOUNDARIES)
+    dash = line.rfind(" - ", lo, hi)
+    return max(lo, at + 1 if at >= 0 else lo, dash + 3 if dash >= 0 else lo)
 
 
-def _fraction_end(line: str, toks: list[_Tok], i: int) -> int | None:
-    """The index of the denominator when toks[i] starts `N/M` (spaces around `/` allowed), else None."""
-    tok = toks[i]
-    if tok.kind != "num" or tok.unit or not tok.text.isdigit() or (tok.start > 0 and line[tok.start - 1] == "/"):
-        return None
-    j = _skip_space(toks, i + 1)
-    if j >= len(toks) or toks[j].text != "/":
-        return None
-    k = _skip_space(toks, j + 1)
-    if k >= len(toks) or toks[k].kind != "num" or toks[k].unit or not toks[k].text.isdigit():
-        return None
-    end = toks[k].end
-    if (end < len(line) and line[end] == "/") or _CLOCK.match(line, end):
-        return None  # 2024/01/05, or the date of `12/01 10:00:00`
-    return k
+def _glued(line: str, start: int, end: int) -> bool:
+    """A number that is part of something else: a date, a clock, a version, a path, a name (see the docstring)."""
+    before = line[start - 1] if start > 0 else " "
+    if before.isalnum() or before in "_@.":
+        return True
+    if before in ":-/" and start > 1 and line[start - 2].isdigit():
+        return True
+    after = line[end : end + 2]
+    if after[:1] in (".", "-", ":", "/") and after[1:2].isalnum():
+        return True
+    return after[:1] == "|"  # a progress bar's percentage (`100%|████|`): its count is read as N/M
 
 
-def _percent_after(toks: list[_Tok], i: int) -> int:
-    """Past a `(4%)` at toks[i] (the same progress as the fraction before it), else i."""
-    p = _skip_space(toks, i)
-    if p < len(toks) and toks[p].text == "(":
-        q = _skip_space(toks, p + 1)
-        if q + 1 < len(toks) and toks[q].kind == "num" and toks[q].unit == "%" and toks[q + 1].text == ")":
-            return q + 2
-    return i
+def _bracketed(line: str, start: int) -> bool:
+    i = start - 1
+    while i >= 0 and line[i] in " \t":
+        i -= 1
+    return i >= 0 and line[i] == "["
 
 
-def read_line(line: str) -> Line:  # noqa: C901 (one scan over the tokens, its cases side by side)
-    """What one line says (see the module's docstring). Pure; linear in the line."""
+def read_line(line: str) -> Line:  # noqa: C901 (one scan over the numbers, its cases side by side)
+    """What one line says (see the module's docstring). Pure; linear in the line: the numbers are found by one
+    regex scan, and each costs a bounded amount of work on the text before it."""
     chunks = line.split()
     out = Line(header=_header(chunks), columns=tuple(chunks))
     if out.header is not None:
         return out
-    toks = _tokens(line)
-    key_start = 0  # where the current field's text begins
+    field = 0  # where the text after the last value (or skipped number) begins
     last_key: str | None = None  # the key of the value just read: a `(avg)` after it is its running average
     last_unit = ""
-    bracket_key: str | None = None  # `lr=[0.1]`, `Epoch: [0]`: the key before a bracket names the value inside
-    i, n = 0, len(toks)
-    while i < n:
-        tok = toks[i]
-        if tok.kind == "other" and tok.text in _BOUNDARY:
-            bracket_key = _key_of(line[key_start : tok.start]) if tok.text == "[" else None
-            key_start, last_key = tok.end, None
-        elif (tok.kind == "space" and "\t" in tok.text) or (
-            tok.text == "-" and line[tok.start - 1 : tok.start] == " " and line[tok.end : tok.end + 1] == " "
-        ):
-            key_start, last_key = tok.end, None  # a tab, or Keras's ` - `
-        elif tok.kind == "num" and (k := _fraction_end(line, toks, i)) is not None:
-            key = _key_of(line[key_start : tok.start]) or bracket_key
+    skip_to = 0
+    for m in _NUM.finditer(line):
+        start, end = m.span()
+        if start < skip_to:
+            continue
+        text = m.group(0)
+        um = _UNIT.match(line, end)
+        unit = um.group(0).lower() if um else ""
+        stop = um.end() if um else end
+        begin = _field_start(line, field, start)
+        bracket_key = None
+        if begin > field:
+            last_key = None
+            if line[begin - 1] == "[":  # `lr=[0.1]`, `Epoch: [0]`: the key before the bracket names the value
+                bracket_key = _key_of(line[_field_start(line, field, begin - 1) : begin - 1])
+        integer = not unit and text.isdigit()
+        if integer and not (start > 0 and line[start - 1] == "/") and (fm := _FRAC_TAIL.match(line, end)):
+            fend = fm.end()
+            skip_to = field = fend
+            last_key = None
+            if (fend < len(line) and line[fend] == "/") or _CLOCK.match(line, fend):
+                continue  # 2024/01/05, or the date of `12/01 10:00:00`
+            key = _key_of(line[begin:start]) or bracket_key
             if key is None:  # `200/ 2983 batches`: a count noun after it names it
-                w = _skip_space(toks, k + 1)
-                key = toks[w].text if w < n and toks[w].text.lower() in _COUNT_NOUNS else None
-            bracketed = line[: tok.start].rstrip().endswith("[")
+                wm = _WORD_AFTER.match(line, fend)
+                key = wm.group(1) if wm and wm.group(1).lower() in _COUNT_NOUNS else None
+            bracketed = _bracketed(line, start)
             leading = not out.pairs and not out.fractions
-            out.fractions.append(Fraction(int(tok.text), int(toks[k].text), key, bracketed, leading))
+            out.fractions.append(Fraction(int(text), int(fm.group(1)), key, bracketed, leading))
             if bracketed and out.outer is None and out.pairs and out.pairs[-1].integer:
                 out.outer = out.pairs[-1]  # `Train: 0 [50/1251`, `Epoch: [0][10/5005]`
-            i = _percent_after(toks, k + 1)
-            key_start, last_key, bracket_key = toks[i - 1].end, None, None
+            if pm := _PERCENT.match(line, fend):  # `(4%)`: the same progress again
+                skip_to = field = pm.end()
             continue
-        elif tok.kind == "num" and not tok.clean:
-            key_start, last_key = tok.end, None
-        elif tok.kind == "num":
-            prefix = line[key_start : tok.start]
-            same_unit = tok.unit == last_unit
-            if last_key is not None and same_unit and prefix.strip() == "(" and i + 1 < n and toks[i + 1].text == ")":
-                out.pairs.append(Pair(f"{last_key} (avg)", tok.value, _is_int(tok)))
-                key_start, last_key = toks[i + 1].end, None
-                i += 2
-                continue
-            key = _key_of(prefix)
-            if key is None and not prefix.strip(" (") and bracket_key is not None:
-                key = bracket_key
-            if key is not None:
-                out.pairs.append(Pair(key, tok.value, _is_int(tok)))
-            key_start, last_key, last_unit, bracket_key = tok.end, key, tok.unit, None
-        i += 1
+        if start > 0 and (line[start - 1].isalnum() or line[start - 1] in "_@"):
+            continue  # a name's digits (`Acc@1`, `bf16_mfu`, `k0`): part of the key text that follows
+        value = _number(text)
+        if value is None or (unit and unit not in UNITS) or _glued(line, start, stop):
+            field, last_key = stop, None
+            continue
+        prefix = line[begin:start]
+        if last_key is not None and unit == last_unit and prefix.strip() == "(" and (cm := _CLOSE.match(line, stop)):
+            out.pairs.append(Pair(f"{last_key} (avg)", value, integer))
+            field, last_key = cm.end(), None
+            continue
+        key = _key_of(prefix)
+        if key is None and bracket_key is not None and not prefix.strip(" ("):
+            key = bracket_key
+        if key is not None:
+            out.pairs.append(Pair(key, value, integer))
+        field, last_key, last_unit = stop, key, unit
     return out

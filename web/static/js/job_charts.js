@@ -74,6 +74,8 @@ export class MetricPanel {
     this.zoomed = null;
     this.fromConsole = new Set(); // names of series read from the console (a series' source does not change)
     this.timeOrigin = null; // unix ms of the first system sample: the wall-clock charts' 0
+    /** @type {any} */
+    this.console = null; // what the console reader made of a script job's output (console_note.js)
   }
 
   /** x of a point: its step, or (a system series) seconds since the first system sample. */
@@ -90,6 +92,7 @@ export class MetricPanel {
       query.end_step = Math.ceil(range.max);
     }
     const body = await api(`/jobs/${this.jobId}/metrics`, { query });
+    if (body.console !== undefined) this.console = body.console; // the console reader's summary (script jobs)
     const out = new Map();
     for (const s of body.series || []) {
       if (onWallClock(s.name) && s.points.length && (this.timeOrigin === null || s.points[0].step < this.timeOrigin)) {

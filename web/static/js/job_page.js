@@ -6,6 +6,7 @@
 import { api, ApiError } from "./api.js";
 import { $, h, setText, debounce } from "./dom.js";
 import { MetricPanel, outcomeOf } from "./job_charts.js";
+import { renderConsoleNote } from "./console_note.js";
 import { fmtValue } from "./charts.js";
 import { LogView } from "./logs.js";
 import { loadNotifications } from "./notifications.js";
@@ -32,7 +33,7 @@ $("#smoothing").value = String(smoothing);
 setText($("#smoothing-value"), smoothing.toFixed(2));
 const initialSeries = (() => { try { return JSON.parse($("#job-series").textContent); } catch { return null; } })();
 const panel = new MetricPanel($("#charts-body"), {
-  jobId, smoothing, initial: initialSeries, onChange: () => { renderChartsEmpty(); renderOutcome(); },
+  jobId, smoothing, initial: initialSeries, onChange: () => { renderChartsEmpty(); renderOutcome(); renderConsole(); },
 });
 const logs = new LogView(jobId);
 
@@ -48,6 +49,10 @@ function renderChartsEmpty() {
   const el = $("#charts-empty");
   el.hidden = !text;
   setText(el, text);
+}
+
+function renderConsole() {
+  renderConsoleNote($("#console-note"), panel.console, jobId, () => { panel.loadFull().catch(() => {}); });
 }
 
 function message(text, kind = "") {
@@ -405,7 +410,7 @@ async function loadCheckpoints() {
 }
 
 function loadCharts() {
-  return panel.loadFull();
+  return panel.loadFull().then(renderConsole);
 }
 
 function onEnd() {
