@@ -33,6 +33,11 @@ class OutputFile(BaseModel):
     path: str = Field(description="Relative to the job's work dir (download it with GET .../outputs/file?path=).")
     bytes: int
     sha256: str | None = Field(description="sha256 of its bytes (None only when the store recorded none).")
+    downloadable: bool = Field(
+        True,
+        description="False for a name that holds a control character or bytes that are not UTF-8: listed with "
+        "those escaped (\\xNN), not served (rename it in the job).",
+    )
 
 
 class OutputList(BaseModel):

@@ -64,10 +64,42 @@ def output_files(settings: Settings, job: Any) -> tuple[list[OutputFile], bool]:
     paths = sorted(p for p in entries if selected(p, patterns))
     files = []
     for path in paths[:limit]:
-        found = artifacts.find(settings, entries[path].key)
+        shown = escaped(path)
+        try:
+            found = artifacts.find(settings, entries[path].key) if shown == path else None
+        except keys.BadKey:
+            found = None
+        if shown != path or found is None and _bad_key(entries[path].key):
+            # a control character or undecodable bytes in the name (issue 37: a 500 before): listed escaped, not served
+            entry = entries[path]
+            files.append(OutputFile(path=shown, bytes=entry.size, sha256=entry.sha256, downloadable=False))
+            continue
         if found is not None:
-            files.append(OutputFile(path=path, bytes=found[1].size, sha256=found[1].sha256))
+            files.append(OutputFile(path=path, bytes=found[1].size, sha256=found[1].sha256, downloadable=True))
     return files, len(paths) > limit
+
+
+def _bad_key(key: str) -> bool:
+    try:
+        keys.relative_path(key)
+    except keys.BadKey:
+        return True
+    return False
+
+
+def escaped(path: str) -> str:
+    """`path` printable and encodable (pure): each control character, backslash and undecodable byte (a lone
+    surrogate from the file system's bytes) as \\xNN / \\uNNNN, the rest as it is."""
+    out = []
+    for ch in path:
+        code = ord(ch)
+        if 0xDC80 <= code <= 0xDCFF:  # os.fsdecode's surrogateescape of a non-UTF-8 byte
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif code < 0x20 or code == 0x7F or ch == "\\" or 0xD800 <= code <= 0xDFFF or 0x80 <= code < 0xA0:
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 @router.get("/jobs/{job_id}/outputs", response_model=OutputList, responses={404: {"model": ErrorDetail}})

@@ -2259,6 +2259,12 @@ export interface components {
             /** Bytes */
             bytes: number;
             /**
+             * Downloadable
+             * @description False for a name that holds a control character or bytes that are not UTF-8: listed with those escaped (\xNN), not served (rename it in the job).
+             * @default true
+             */
+            downloadable: boolean;
+            /**
              * Path
              * @description Relative to the job's work dir (download it with GET .../outputs/file?path=).
              */

@@ -37,8 +37,10 @@ function row(f) {
     h("td", { class: "output-path" }, f.path),
     h("td", { class: "num" }, fmtBytes(f.bytes)),
     h("td", { class: "mono sha", title: f.sha256 || "" }, f.sha256 ? `${f.sha256.slice(0, 12)}…` : "—"),
-    h("td", {}, h("a", { class: "btn btn-small", href: `/api/jobs/${jobId}/outputs/file?${q}`, download: "",
-      "aria-label": `Download ${f.path}` }, "Download")));
+    h("td", {}, f.downloadable === false
+      ? h("span", { class: "muted", title: "its name holds a control character or bytes that are not UTF-8: rename it in the job" }, "not served")
+      : h("a", { class: "btn btn-small", href: `/api/jobs/${jobId}/outputs/file?${q}`, download: "",
+        "aria-label": `Download ${f.path}` }, "Download")));
 }
 
 /** @param {OutputList} listing */
