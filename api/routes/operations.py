@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import select
 from sqlmodel import col
 
-from api.deps import HostOperator, JobId, SessionDep, SettingsDep, job_or_404
+from api.deps import CurrentUser, HostOperator, JobId, SessionDep, SettingsDep, job_or_404
 from api.models import ErrorDetail, HostPublic
 from api.routes.hosts import list_hosts
 from core import audit, hosts, jobs
@@ -39,7 +39,7 @@ class NotificationPublic(BaseModel):
     state: str  # pending, delivered, failed (given up)
     attempts: int
     last_status: int | None
-    last_error: str | None
+    last_error: str | None  # the receiver's answer: shown to admins only (null for others), see below
     next_at: datetime | None  # when it is tried again (pending only)
     delivered_at: datetime | None
 
@@ -92,9 +92,12 @@ def undrain_host(settings: SettingsDep, session: SessionDep, name: HostName, who
     response_model=list[NotificationPublic],
     responses={404: {"model": ErrorDetail}},
 )
-def job_notifications(job_id: JobId, session: SessionDep) -> list[NotificationPublic]:
-    """The job's webhook deliveries, newest first: one per notification and webhook, with its attempts."""
+def job_notifications(job_id: JobId, session: SessionDep, who: CurrentUser) -> list[NotificationPublic]:
+    """The job's webhook deliveries, newest first: one per notification and webhook, with its attempts. The
+    status codes are everyone's; the receiver's error text only the hook's owner's, and the server's webhooks
+    are the admins' (issue 37: a receiver's error body, which may quote its own secrets, reached every viewer)."""
     job_or_404(session, job_id)
+    sees_errors = who.role == "admin"
     rows = session.execute(
         select(NotificationDelivery, NotificationEvent)
         .join(NotificationEvent, col(NotificationEvent.id) == col(NotificationDelivery.event_id))
@@ -112,7 +115,7 @@ def job_notifications(job_id: JobId, session: SessionDep) -> list[NotificationPu
             state=d.state,
             attempts=d.attempts,
             last_status=d.last_status,
-            last_error=d.last_error,
+            last_error=d.last_error if sees_errors else None,
             next_at=d.next_at if d.state == "pending" else None,
             delivered_at=d.delivered_at,
         )

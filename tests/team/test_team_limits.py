@@ -93,3 +93,29 @@ def test_every_sweep_change_is_audited_with_its_actor(service, add_user) -> None
         ("alice", "sweep.resume", f"sweep {sid}"),
         ("admin", "sweep.cancel", f"sweep {sid}"),
     ]
+
+
+def test_a_webhooks_error_text_is_shown_to_admins_only(service, add_user) -> None:
+    """The server's webhooks are the admins': everyone sees a delivery's status code, only admins the
+    receiver's error text (which may quote the receiver's own secrets)."""
+    from sqlmodel import Session
+
+    from core.db import get_engine
+    from core.tables import NotificationDelivery, NotificationEvent
+
+    settings, admin = service()
+    _, alice = add_user(admin, "alice")
+    _, vera = add_user(admin, "vera", role="viewer")
+    job = alice.submit(fake_spec("hooked"))
+    with Session(get_engine(settings.resolved_database_url)) as db:
+        event = NotificationEvent(job_id=job["id"], kind="failed", status="failed")
+        db.add(event)
+        db.flush()
+        failed = {"state": "failed", "attempts": 3, "last_status": 401, "last_error": "bad key sk-live-123"}
+        db.add(NotificationDelivery(event_id=event.id or 0, job_id=job["id"], url="https://hooks.example/s", **failed))
+        db.commit()
+    for client in (alice, vera):
+        [seen] = client.http.get(f"/jobs/{job['id']}/notifications").json()
+        assert seen["last_status"] == 401 and seen["last_error"] is None
+    [seen] = admin.http.get(f"/jobs/{job['id']}/notifications").json()
+    assert seen["last_error"] == "bad key sk-live-123"
