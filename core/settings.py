@@ -384,6 +384,11 @@ class Settings(BaseSettings):
     allow_code_upload: bool = Field(
         True, description="Accept code bundles (POST /api/code); false refuses uploads (403)."
     )
+    code_visibility: Literal["team", "owner"] = Field(
+        "team",
+        description="Who reads a code bundle (its archive and file list): 'team', every signed-in user; 'owner', "
+        "its uploaders, the owners of jobs that run it, admins and worker hosts (issue 37; docs/your-code.md).",
+    )
     max_bundle_bytes: int = Field(100_000_000, ge=1024, description="Largest code bundle, compressed (tar.gz).")
     max_bundle_unpacked_bytes: int = Field(
         1_000_000_000, ge=1024, description="Largest code bundle once unpacked (sum of its file sizes)."

@@ -20,13 +20,17 @@ import anyio
 from fastapi import APIRouter, HTTPException, Path, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
+from sqlalchemy import String, cast
+from sqlmodel import Session, select
 from starlette.requests import ClientDisconnect
 
 from api.deps import CurrentUser, SettingsDep, Uploader
 from api.models import CodeBundle, CodeFile, CodeFiles, ErrorDetail, LeftOutFile, LeftOutRecord
-from core import bundles, permissions
+from core import bundles, permissions, users
 from core.bundles import excluded
+from core.db import get_read_engine
 from core.settings import Settings
+from core.tables import Job
 from core.users import Principal
 
 router = APIRouter(tags=["code"])
@@ -78,6 +82,28 @@ def may_record_left_out(who: Principal, uploaded_by: set[int]) -> bool:
     core/permissions.py's `code.left_out`, an uploader counting as an owner)."""
     # An uploader counts as the owner; a viewer never gets here (every write needs member: api/auth.py).
     return who.user_id in uploaded_by or permissions.allowed(who.role, "code.left_out", own=False)
+
+
+def may_read(who: Principal, settings: Settings, sha256: str) -> None:
+    """RANKZERO_CODE_VISIBILITY (issue 37): 'team', anyone signed in reads any bundle (a team shares its code,
+    as it shares its jobs' logs); 'owner', only its uploaders, the owners of jobs that run it, admins and worker
+    hosts (which fetch it to run it). 403 saying so otherwise."""
+    if settings.code_visibility == "team" or who.role in ("admin", users.WORKER_ROLE):
+        return
+    if who.user_id in uploaders(settings, sha256) or _runs_it(settings, who.user_id, sha256):
+        return
+    raise HTTPException(
+        status.HTTP_403_FORBIDDEN,
+        f"code bundle {sha256[:12]} is readable by its uploaders, the owners of jobs that run it and admins on this "
+        f"server (RANKZERO_CODE_VISIBILITY=owner); {who.name} is none of them",
+    )
+
+
+def _runs_it(settings: Settings, user_id: int, sha256: str) -> bool:
+    """Whether one of `user_id`'s jobs runs bundle `sha256` (its spec's `code`; the JSON text holds it quoted)."""
+    with Session(get_read_engine(settings.resolved_database_url)) as session:
+        query = select(Job.id).where(Job.owner_id == user_id, cast(Job.spec, String).contains(f'"{sha256}"')).limit(1)
+        return session.exec(query).first() is not None
 
 
 def _not_stored(sha256: str) -> HTTPException:
@@ -192,8 +218,9 @@ def has_code(sha256: Sha256, settings: SettingsDep) -> Response:
     response_class=FileResponse,
     responses={200: {"content": {"application/gzip": {}}}, 404: {"model": ErrorDetail}},
 )
-def download_code(sha256: Sha256, settings: SettingsDep) -> FileResponse:
+def download_code(sha256: Sha256, settings: SettingsDep, who: CurrentUser) -> FileResponse:
     """The bundle itself (for workers on hosts without the shared runs dir)."""
+    may_read(who, settings, sha256)
     path = bundles.archive_path(settings, sha256)
     if not path.is_file():
         raise _not_stored(sha256)
@@ -202,8 +229,9 @@ def download_code(sha256: Sha256, settings: SettingsDep) -> FileResponse:
 
 
 @router.get("/code/{sha256}/files", response_model=CodeFiles, responses={404: {"model": ErrorDetail}})
-def list_code_files(sha256: Sha256, settings: SettingsDep) -> CodeFiles:
+def list_code_files(sha256: Sha256, settings: SettingsDep, who: CurrentUser) -> CodeFiles:
     """Every file in the bundle, with its size."""
+    may_read(who, settings, sha256)
     try:
         found = bundles.manifest(settings, sha256)
     except bundles.BundleError as exc:
@@ -230,9 +258,10 @@ def _left_out(settings: Settings, sha256: str) -> list[LeftOutFile]:
 
 
 @router.get("/code/{sha256}/left-out", response_model=list[LeftOutFile], responses={404: {"model": ErrorDetail}})
-def get_left_out(sha256: Sha256, settings: SettingsDep) -> list[LeftOutFile]:
+def get_left_out(sha256: Sha256, settings: SettingsDep, who: CurrentUser) -> list[LeftOutFile]:
     """What the upload of this bundle left out, largest first ([] when its uploader sent no record): the job
     page shows it at once, without fetching the bundle's whole file list."""
+    may_read(who, settings, sha256)
     if not bundles.archive_path(settings, sha256).is_file():
         raise _not_stored(sha256)
     return _left_out(settings, sha256)

@@ -119,3 +119,43 @@ def test_a_webhooks_error_text_is_shown_to_admins_only(service, add_user) -> Non
         assert seen["last_status"] == 401 and seen["last_error"] is None
     [seen] = admin.http.get(f"/jobs/{job['id']}/notifications").json()
     assert seen["last_error"] == "bad key sk-live-123"
+
+
+def _bundle() -> bytes:
+    import io
+    import tarfile
+
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w:gz") as tar:
+        data = b"print('mine')\n"
+        info = tarfile.TarInfo("train.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return raw.getvalue()
+
+
+def test_code_visibility_is_the_teams_or_the_owners_as_configured(service, add_user) -> None:
+    """RANKZERO_CODE_VISIBILITY: 'team' (the default) lets every signed-in user read a bundle; 'owner' only its
+    uploaders, the owners of jobs that run it, admins and worker hosts."""
+    import hashlib
+
+    for visibility, bob_reads in (("team", 200), ("owner", 403)):
+        settings, admin = service(code_visibility=visibility)
+        _, alice = add_user(admin, f"alice-{visibility}")
+        _, bob = add_user(admin, f"bob-{visibility}")
+        body = _bundle()
+        sha = hashlib.sha256(body).hexdigest()
+        assert alice.http.post("/code", content=body, headers={"Content-Type": "application/gzip"}).status_code in (
+            200,
+            201,
+        )
+        for path in (f"/code/{sha}", f"/code/{sha}/files", f"/code/{sha}/left-out"):
+            assert alice.http.get(path).status_code == 200
+            assert admin.http.get(path).status_code == 200
+            r = bob.http.get(path)
+            assert r.status_code == bob_reads, (visibility, path, r.text)
+        if visibility == "owner":
+            assert "RANKZERO_CODE_VISIBILITY=owner" in bob.http.get(f"/code/{sha}").text
+            worker = admin.http.post("/workers", json={"host": "h1"}).json()["token"]
+            fetched = httpx.get(f"{admin.http.base_url}code/{sha}", headers={"Authorization": f"Bearer {worker}"})
+            assert fetched.status_code == 200  # a worker fetches what it runs
