@@ -387,7 +387,7 @@ class Settings(BaseSettings):
     code_visibility: Literal["team", "owner"] = Field(
         "team",
         description="Who reads a code bundle (its archive and file list): 'team', every signed-in user; 'owner', "
-        "its uploaders, the owners of jobs that run it, admins and worker hosts (issue 37; docs/your-code.md).",
+        "its uploaders, the owners of jobs that run it, admins and worker hosts (issue 37; docs/security.md).",
     )
     max_bundle_bytes: int = Field(100_000_000, ge=1024, description="Largest code bundle, compressed (tar.gz).")
     max_bundle_unpacked_bytes: int = Field(
