@@ -8,6 +8,7 @@ only steps past the highest a name already holds, as the worker's Ingestor write
 from __future__ import annotations
 
 import codecs
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -67,3 +68,29 @@ def write_points(conn: Any, job_id: int, points: list[Point]) -> int:
         )  # fmt: skip
         metric_rollup.fold(conn, job_id, first - 1, seq - 1)
     return len(rows)
+
+
+def note_series(run: RunDir, names: set[str]) -> None:
+    """Add `names` to what console_series.json says the console gave (the chart's "from the console", the
+    summary's series), as the worker would have had the pattern been there from the start."""
+    if not names:
+        return
+    try:
+        found = json.loads(run_files.read_text(run.console_series, run.root, max_bytes=4 << 20))
+    except (OSError, ValueError):
+        found = {}
+    body = found if isinstance(found, dict) else {}
+    body["names"] = sorted({*(n for n in body.get("names") or [] if isinstance(n, str)), *names})
+    kept = body.get("summary")
+    summary: dict[str, Any] = kept if isinstance(kept, dict) else {}
+    series = [n for n in summary.get("series") or [] if isinstance(n, str)]
+    summary["series"] = series + sorted(names - set(series))
+    suggestion = summary.get("suggestion")
+    if summary.get("example") is None and isinstance(suggestion, dict):
+        summary["example"] = suggestion.get("line")
+    summary["suggestion"] = None
+    body["summary"] = summary
+    try:  # never through a link the job made (the file is in its run dir)
+        run_files.write_atomic(run.console_series, json.dumps(body), run.root)
+    except OSError:
+        return

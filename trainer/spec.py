@@ -166,8 +166,9 @@ class ConsolePattern(StrictModel):
 class ConsoleMetricsSpec(StrictModel):
     defaults: bool = Field(
         True,
-        description="Read the popular loops' formats (iter N: loss X; Hugging Face dicts; tqdm/Lightning "
-        "postfixes; Keras; KEY: NUMBER) from the script's output.",
+        description="Read any `key value` fields from the script's output (`loss 0.5`, `loss: 0.5`, `loss=0.5`, "
+        "`| lr 20.00 |`, dicts, tqdm and Keras bars), learning the step per job; a key becomes a series once it "
+        "repeats on 3 lines (docs/your-code.md).",
     )
     patterns: list[ConsolePattern] = Field(
         default_factory=list, max_length=MAX_CONSOLE_PATTERNS, description="Patterns of your own, beside the defaults."

@@ -59,6 +59,7 @@ def add_pattern(
             raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
         found = console_apply.points_of(run, max(job.attempt, 1), compile_patterns([patterns[-1]]))
         points = console_apply.write_points(session.connection(), job_id, found)
+        console_apply.note_series(run, {p.name for p in found})
     audit.record(session, who, "job.edit", f"job {job_id}", f"console pattern {pattern.regex[:80]!r}")
     session.commit()
     return PatternAdded(patterns=len(patterns), applied="stored console" if finished else "running job", points=points)

@@ -7,6 +7,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.scripts.conftest import script_spec
 
 PRINTER = Path(__file__).parent / "projects" / "printer"
@@ -46,7 +48,9 @@ def test_printing_scripts_end_with_their_step_and_series(service, workers, uploa
         "sdk": _run(client, code, "sdk"),
     }
     done = {mode: client.wait_terminal(job["id"], timeout=240) for mode, job in jobs.items()}
-    assert all(d["status"] == "succeeded" for d in done.values()), done
+    assert all(d["status"] == "succeeded" for d in done.values()), {
+        k: (d["status"], d.get("error")) for k, d in done.items()
+    }
     series = {mode: _series(client, job["id"]) for mode, job in jobs.items()}
 
     nano = series["nanogpt"]
@@ -69,13 +73,9 @@ def test_printing_scripts_end_with_their_step_and_series(service, workers, uploa
     assert lt == {"loss": [(1, 1.0), (2, 0.5), (3, 0.333), (4, 0.25), (5, 2.0), (6, 1.5), (7, 1.333), (8, 1.25)]}, lt
     assert done["lightning"]["step"] == 8 and done["lightning"]["latest_loss"] == 1.25
 
-    kg = series["keras_guild"]
-    assert kg == {
-        "loss": [(1, 1.0), (2, 0.5), (3, 0.3333)],
-        "accuracy": [(1, 0.6), (2, 0.7), (3, 0.8)],
-        "val_bleu": [(9, 27.5)],
-    }, kg
-    assert done["keras_guild"]["step"] == 9
+    kg = series["keras_guild"]  # epoch × 10 batches + the batch: steps 10, 20, 30; `val_bleu` once is no series
+    assert kg == {"loss": [(10, 1.0), (20, 0.5), (30, 0.3333)], "accuracy": [(10, 0.6), (20, 0.7), (30, 0.8)]}, kg
+    assert (done["keras_guild"]["step"], done["keras_guild"]["total_steps"]) == (30, 30)
 
     assert series["custom"] == {"score": [(s, s * 1.5) for s in range(1, 6)]}
     assert done["custom"]["step"] == 5
@@ -85,6 +85,54 @@ def test_printing_scripts_end_with_their_step_and_series(service, workers, uploa
     sdk = series["sdk"]
     assert sdk["loss"] == [(s, float(s)) for s in range(1, 9)], sdk["loss"]
     assert sdk["time"] == [(s, 3.0) for s in range(1, 9)]
+
+
+def test_a_fast_printer_keeps_every_point_and_a_pattern_added_after_the_end_draws_its_curve(
+    service, workers, upload, tmp_path
+) -> None:
+    settings, client = service()
+    workers.start(settings)
+    code = upload(client, shutil.copytree(PRINTER, tmp_path / "printer"))
+    flood, bare = _run(client, code, "flood"), _run(client, code, "bare")
+    done = {
+        "flood": client.wait_terminal(flood["id"], timeout=280),
+        "bare": client.wait_terminal(bare["id"], timeout=120),
+    }
+    assert all(d["status"] == "succeeded" for d in done.values()), {
+        k: (d["status"], d.get("error")) for k, d in done.items()
+    }
+
+    # 50 MB printed in about a second, then the end: every line read, every point kept.
+    body = client.http.get(f"/jobs/{flood['id']}/metrics", params={"name": "loss", "max_points": 100_000}).json()
+    loss = body["series"][0]
+    assert loss["total_points"] == 50_000 and not loss["downsampled"]
+    assert [p["step"] for p in loss["points"]] == list(range(50_000))
+    assert loss["points"][-1]["value"] == pytest.approx(1.49999)
+    assert done["flood"]["step"] == 49_999
+    summary = body["console"]  # the lines: the flood's and noise()'s four
+    assert summary["series"] == ["loss"] and summary["lines"] == 50_004 and summary["capped_streams"] == []
+
+    # Numbers with no names: nothing recognised, a pattern suggested; added to the finished job, it is read
+    # from the stored console at once.
+    summary = client.http.get(f"/jobs/{bare['id']}/metrics").json()["console"]
+    assert summary["series"] == [] and summary["lines"] == 25, summary  # 21 and noise()'s four
+    suggestion = summary["suggestion"]
+    assert suggestion["line"] == "0 1.0000 done" and suggestion["name"] == "metric"
+    r = client.http.post(f"/jobs/{bare['id']}/console-patterns", json={"regex": suggestion["regex"], "name": "metric"})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"patterns": 1, "applied": "stored console", "points": 20}
+    assert _series(client, bare["id"]) == {"metric": [(i, round(1 / (i + 1), 4)) for i in range(20)]}
+    after = client.http.get(f"/jobs/{bare['id']}/metrics").json()
+    assert after["series"][0]["source"] == "console" and after["console"]["series"] == ["metric"]
+    assert after["console"]["example"] == "0 1.0000 done" and after["console"]["suggestion"] is None
+    job = client.http.get(f"/jobs/{bare['id']}").json()
+    assert job["spec"]["console_metrics"]["patterns"] == [{"regex": suggestion["regex"], "name": "metric"}]
+    again = client.http.post(
+        f"/jobs/{bare['id']}/console-patterns", json={"regex": suggestion["regex"], "name": "metric"}
+    )
+    assert again.json()["points"] == 0  # the same steps again: nothing written twice
+    refused = client.http.post(f"/jobs/{bare['id']}/console-patterns", json={"regex": "(a)\\1", "name": "x"})
+    assert refused.status_code == 422 and "RE2" in refused.text
 
 
 def test_a_gitignored_data_file_put_back_by_rankzeroignore_is_read_by_the_job(

@@ -526,7 +526,9 @@ export interface paths {
         };
         /**
          * Job Notifications
-         * @description The job's webhook deliveries, newest first: one per notification and webhook, with its attempts.
+         * @description The job's webhook deliveries, newest first: one per notification and webhook, with its attempts. The
+         *     status codes are everyone's; the receiver's error text only the hook's owner's, and the server's webhooks
+         *     are the admins' (issue 37: a receiver's error body, which may quote its own secrets, reached every viewer).
          */
         get: operations["job_notifications_api_jobs__job_id__notifications_get"];
         put?: never;
@@ -1190,7 +1192,7 @@ export interface components {
         ConsoleMetricsSpec: {
             /**
              * Defaults
-             * @description Read the popular loops' formats (iter N: loss X; Hugging Face dicts; tqdm/Lightning postfixes; Keras; KEY: NUMBER) from the script's output.
+             * @description Read any `key value` fields from the script's output (`loss 0.5`, `loss: 0.5`, `loss=0.5`, `| lr 20.00 |`, dicts, tqdm and Keras bars), learning the step per job; a key becomes a series once it repeats on 3 lines (docs/your-code.md).
              * @default true
              */
             defaults: boolean;

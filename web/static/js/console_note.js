@@ -1,3 +1,4 @@
+// @ts-check
 // What the console reader made of a script job's output (issue 36): the series it recognised and a line they
 // came from, or that it recognised none, with a pattern suggested from the most frequent numeric line that a
 // click adds to the job (POST /api/jobs/{id}/console-patterns: a finished job's stored console is read again
@@ -21,7 +22,8 @@ export function renderConsoleNote(el, summary, jobId, onApplied) {
   const series = summary.series || [];
   if (series.length) {
     const names = series.length > 6 ? `${series.slice(0, 6).join(", ")} and ${series.length - 6} more` : series.join(", ");
-    el.append(h("p", {}, `From the console: ${names} from lines like `, h("code", {}, summary.example || ""), ` (${lines} lines read).`));
+    const like = summary.example ? [" from lines like ", h("code", {}, summary.example)] : [];
+    el.append(h("p", {}, `From the console: ${names}`, ...like, ` (${lines} lines read).`));
   } else {
     el.append(h("p", {}, `No metrics recognised in ${lines} lines of the console.`));
     const s = summary.suggestion;

@@ -74,6 +74,23 @@ def custom() -> None:
         out(f"loss: {1 / step:.3f}")  # a default format: not read (defaults false)
 
 
+def flood() -> None:
+    # 50 MB as fast as one write a line goes: 50,000 lines of 1,000 bytes, each a point of `loss`, then the end.
+    # The console is read 1 MiB a tick while it runs: the lines left at its end are read before the last write.
+    pad = " " + "z" * 960
+    write = sys.stdout.write
+    for i in range(50_000):
+        write(f"step {i} loss {1 + i / 100_000:.6f}{pad}\n")
+    sys.stdout.flush()
+
+
+def bare() -> None:
+    # Numbers with no names: nothing is recognised, and the page suggests a pattern from the commonest line.
+    for i in range(20):
+        out(f"{i} {1 / (i + 1):.4f} done")
+    out("finished in 12 s")
+
+
 def sdk() -> None:
     import rankzero
 
@@ -92,4 +109,6 @@ if RANK == 0:
         "keras_guild": keras_guild,
         "custom": custom,
         "sdk": sdk,
+        "flood": flood,
+        "bare": bare,
     }[MODE]()
