@@ -15,6 +15,7 @@ import resource
 from dataclasses import dataclass
 
 MIB = 2**20
+FILE_SIZE_FACTOR = 2  # no file of a job grows past this many times its disk limit (file_size_limit)
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,10 @@ def disk_limit_mb(spec_value: object, default_mb: int) -> int | None:
 
 
 def file_size_limit(limit_mb: int | None) -> int:
-    """RLIMIT_FSIZE for every process of the job: no file it writes (or fallocates) grows past its disk limit.
-    The kernel refuses the write or fallocate past it with EFBIG at once (Python ignores the SIGXFSZ that
-    comes with it); the run dir's total is still the worker's sample at every heartbeat (worker/quota.py),
-    and on a filesystem of its own it cannot reach the database's disk (docs/deploy.md)."""
-    return resource.RLIM_INFINITY if limit_mb is None else limit_mb * MIB
+    """RLIMIT_FSIZE for every process of the job: no file it writes (or fallocates) grows past twice its disk
+    limit. The kernel refuses the write or fallocate past it with EFBIG at once (Python ignores the SIGXFSZ that
+    comes with it): a single call can no longer fill the disk before any check runs. Twice, not once: a job that
+    merely grows past its limit is still stopped by the worker's sample at the next heartbeat (worker/quota.py),
+    which checkpoints its ranks and names the numbers, rather than failing on a bare "File too large". On a
+    filesystem of its own the runs dir cannot reach the database's disk (docs/deploy.md)."""
+    return resource.RLIM_INFINITY if limit_mb is None else FILE_SIZE_FACTOR * limit_mb * MIB
