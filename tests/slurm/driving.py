@@ -36,7 +36,8 @@ def drive(agent: Agent, job_id: int, until: Any, timeout: float = 240) -> Job:
             return job
         if time.monotonic() > deadline:
             log = run_dir(agent.settings, job_id) / "logs" / "slurm_batch.log"
-            raise AssertionError(f"job {job_id} stayed {job.status.value}: {log.read_text() if log.exists() else ''}")
+            said = log.read_text() if log.exists() else ""
+            raise AssertionError(f"job {job_id} stayed {job.status.value} ({timeline(agent, job_id)}): {said}")
         time.sleep(agent.settings.slurm_poll_s)
 
 

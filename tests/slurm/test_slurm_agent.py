@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import pytest
 from sqlmodel import Session
 
 from core import jobs
@@ -15,6 +16,8 @@ from core.migrate import upgrade
 from core.tables import JobStatus
 from worker.slurm.agent import Agent
 from worker.slurm.commands import SlurmError
+
+pytestmark = pytest.mark.xdist_group("slurm")
 
 S = JobStatus
 SPEC = {"name": "digits", "nproc": 2, "max_steps": 5, "device": "cpu", "data": {"name": "digits"}}

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 from sqlmodel import Session
@@ -17,6 +18,8 @@ from core.migrate import upgrade
 from core.tables import Job, JobStatus
 from worker.slurm import rows
 from worker.slurm.commands import parse_sinfo
+
+pytestmark = pytest.mark.xdist_group("slurm")
 
 SINFO = "n1|low*|idle|none|2|(null)\nn1|high|idle|none|2|(null)\nn2|low*|drained|disk failing|2|gpu:a100:4\n"
 

@@ -19,7 +19,7 @@ from tests.slurm.driving import TERMINAL, drive, submit
 from tests.support.jobs import slow_spec
 from worker.slurm.agent import Agent
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
 
 def shown(job: dict[str, Any]) -> str:

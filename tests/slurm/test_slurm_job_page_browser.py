@@ -8,6 +8,8 @@ import pytest
 
 from tests.support.rows import seed_job
 
+pytestmark = pytest.mark.xdist_group("slurm")
+
 POOL = "web-test-slurm"  # no agent serves it: the seeded rows stay as they are
 
 

@@ -26,7 +26,7 @@ from tests.support.jobs import assert_same_weights, reference_weights, slow_spec
 from tests.support.settings import settings_env
 from worker.slurm.agent import Agent
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 S = JobStatus
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from worker.slurm.rank import LAUNCH_FILE
+
+pytestmark = pytest.mark.xdist_group("slurm")
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -40,7 +40,7 @@ from worker.slurm.agent import Agent
 from worker.slurm.commands import Runner
 from worker.slurm.rank import WARNED_LINE
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 S_RUNNING = "running"
 SLOW_FIRST = "tests.slurm.first_attempt_slow"  # the user code of these jobs
 DEADLINE_S = 420  # for all three jobs together
@@ -163,11 +163,19 @@ def _time_limit(run: Stopped, row: Job) -> None:
         minutes = math.ceil((run_seconds(run.cluster, slurm_id) + 40) / 60)  # the next check (≤ 31 s) comes first
         run.cluster.run("scontrol", "update", f"JobId={slurm_id}", f"TimeLimit={minutes}")
         run.done["limit set"] = True
-    elif run.done.get("limit set") and not run.done.get("limit lifted") and WARNED_LINE.decode() in run.stderr("limit"):
-        # Warned: an admin gives it its time back, so the resumed attempt is not warned as it starts (restart 1
-        # waits cred_expire before it may start; each warned start would be one more requeue).
+    elif run.done.get("limit set") and not run.done.get("limit lifted") and _requeueing(run, "limit"):
+        # Warned, and requeued by its batch step for it (which asks Slurm how near the limit is: lifted before, it
+        # would be a stop signal from outside, not requeued): an admin gives it its time back, so the resumed attempt
+        # is not warned as it starts (restart 1 waits cred_expire before it may start; each warned start would be
+        # one more requeue).
+        assert WARNED_LINE.decode() in run.stderr("limit")
         run.cluster.run("scontrol", "update", f"JobId={run.first_slurm_ids['limit']}", "TimeLimit=30")
         run.done["limit lifted"] = True
+
+
+def _requeueing(run: Stopped, name: str) -> bool:
+    log = run_dir(run.agents[name].settings, run.ids[name]) / "logs" / "slurm_batch.log"
+    return log.exists() and "checkpointed on a stop signal; requeueing job" in log.read_text()
 
 
 def _preemption(run: Stopped, requeued: Job, dropped: Job) -> None:
@@ -210,7 +218,7 @@ def test_the_time_limits_warning_checkpoints_requeues_and_the_job_ends_exact(sto
     assert job.backend_job_id == slurm_id  # requeued: the same Slurm job
     assert stopped.done.get("limit lifted")  # the warning signal came (not a preemption or a cancel)
     lines = timeline(stopped.agents["limit"], stopped.ids["limit"])
-    assert any(s == "queued" and a == 1 and "requeued by Slurm" in d for s, a, d in lines), lines
+    assert any(s == "queued" and a == 1 and d.startswith("its time limit was near") for s, a, d in lines), lines
     batch = (run_dir(stopped.agents["limit"].settings, stopped.ids["limit"]) / "logs" / "slurm_batch.log").read_text()
     assert f"checkpointed on a stop signal; requeueing job {slurm_id}" in batch
     assert "attempt 2 resumes from step_" in batch
@@ -223,8 +231,8 @@ def test_a_job_preempted_in_a_requeue_partition_checkpoints_requeues_resumes_and
     assert_ended_resumed_exact(stopped, "requeued", tmp_path)
     lines = timeline(stopped.agents["requeued"], stopped.ids["requeued"])
     again = [d for s, a, d in lines if s == "queued" and a == 1]
-    # Requeued by Slurm (or by the batch script), else submitted again by the agent: never lost, never run twice.
-    assert again and ("requeued by Slurm" in again[0] or "submitted again" in again[0]), lines
+    # Requeued by its batch script, else submitted again by the agent: never lost, never run twice; named a preemption.
+    assert again and (again[0].startswith("preempted in partition low") or "submitted again" in again[0]), lines
     batch = run_dir(stopped.agents["requeued"].settings, stopped.ids["requeued"]) / "logs" / "slurm_batch.log"
     assert "attempt 2 resumes from step_" in batch.read_text()
 

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from worker.slurm.rank import rank_environment
-from worker.slurm.script import CANCEL_MARK, BatchJob, directives, render
+from worker.slurm.script import BatchJob, directives, render
+
+pytestmark = pytest.mark.xdist_group("slurm")
 
 BASE = {"pool": "gpu", "job_id": 7, "first_attempt": 1, "run_root": Path("/shared/runs/job_7"), "python": "/py",
         "nnodes": 1, "ntasks_per_node": 1}  # fmt: skip
@@ -69,8 +71,10 @@ def test_script_ends_with_the_ranks_status_and_requeues_only_a_resumable_stop() 
     srun = next(line for line in lines if line.startswith("srun "))
     assert "-m worker.slurm.rank" in srun and "torchrun" not in text and "torch.distributed.run" not in text
     assert "rc=$?" in lines[lines.index(srun) + 1]
-    assert f'[ "$rc" -eq 75 ] && [ ! -e /shared/runs/job_7/{CANCEL_MARK} ]' in text
-    assert 'scontrol requeue "$SLURM_JOB_ID"' in text
+    # Why they stopped decides a requeue (worker/slurm/stopped.py), never the script alone.
+    assert 'if [ "$rc" -eq 75 ]; then' in text
+    assert "-m worker.slurm.stopped --run-dir /shared/runs/job_7 --margin 120" in text
+    assert "scontrol requeue" not in text
     assert "trap " in text  # Slurm's TERM to the batch step never ends it before `exit $rc`
     assert "export ODD='it'\"'\"'s $HOME `x`'" in text  # quoted: no shell expansion of values
 

@@ -15,7 +15,7 @@ from tests.slurm.driving import TERMINAL, drive, submit, timeline, upload
 from worker.slurm import rows
 from worker.slurm.agent import Agent
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 PROJECTS = Path(__file__).resolve().parents[1] / "scripts" / "projects"
 
 

@@ -1,5 +1,5 @@
 """Slurm's states in rankzero's words (worker/slurm/states.py), the parsers of squeue/sacct/sinfo
-(worker/slurm/commands.py) and how an ended attempt ends the job (worker/slurm/agent.py `ending`): by tables."""
+(worker/slurm/commands.py) and how an ended attempt ends the job (worker/slurm/endings.py `ending`): by tables."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import pytest
 
 from core.tables import JobStatus
 from worker.errors import Failure
-from worker.slurm.agent import ending, nice_for, stopped_resumably
 from worker.slurm.commands import parse_sacct, parse_sinfo, parse_squeue
+from worker.slurm.endings import ending, nice_for, stopped_resumably
 from worker.slurm.states import Phase, Reading, SlurmJob, exit_status, read, settled, status_of
+
+pytestmark = pytest.mark.xdist_group("slurm")
 
 S = JobStatus
 
@@ -39,7 +41,8 @@ def job(state: str, **kw: object) -> SlurmJob:
         (job("TIMEOUT"), False, Phase.ended, S.failed, "time limit"),
         (job("OUT_OF_MEMORY"), False, Phase.ended, S.failed, "out of memory"),
         (job("CANCELLED by 0"), True, Phase.ended, S.cancelled, "cancelled"),
-        (job("CANCELLED"), False, Phase.ended, S.cancelled, "outside rankzero"),
+        (job("CANCELLED"), False, Phase.ended, S.cancelled, "Slurm job 12: cancelled by Slurm (scancel)"),
+        (job("CANCELLED by 0", by="root"), False, Phase.ended, S.cancelled, "cancelled by Slurm (scancel by root)"),
         (job("FAILED"), True, Phase.ended, S.cancelled, "failed"),  # a cancel that ended badly is still a cancel
         (job("DEADLINE"), False, Phase.ended, S.failed, "deadline"),
         (job("BRAND_NEW_STATE"), False, Phase.running, None, "not known to rankzero; still watched"),
@@ -66,6 +69,9 @@ def test_parsers() -> None:
     assert got["42"].reason == "Resources" and got["42"].exit_code is None
     sacct = "41|REQUEUED|None|n1|low|0:0|2026-11-25T20:00:00\n41|COMPLETED|None|n1|low|0:0|2026-11-25T20:01:00\n"
     assert parse_sacct(sacct)["41"].state == "COMPLETED"  # the last record of a requeued job
+    cancelled = parse_sacct("43|CANCELLED by 1000|None|n1|low|0:0|2026-11-25T20:00:00\n", {1000: "ana"}.__getitem__)
+    assert (cancelled["43"].state, cancelled["43"].by) == ("CANCELLED by 1000", "ana")
+    assert parse_sacct("44|CANCELLED by 0|None|n1|low|0:0|x\n")["44"].by == "root"  # named by this host's users
     nodes = parse_sinfo("n1|low*|idle|none|2|(null)\nn2|high|mixed|none|2|gpu:4\n")
     assert [(n.node, n.partition, n.state) for n in nodes] == [("n1", "low*", "idle"), ("n2", "high", "mixed")]
 

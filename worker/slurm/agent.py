@@ -35,8 +35,9 @@ from worker.ingest_events import EventTail
 from worker.ingest_handlers import TimedMetric
 from worker.launch_command import job_env, rank_env
 from worker.script_jobs import entrypoint_values, script_job_env, script_workdir
-from worker.slurm import commands, rows
+from worker.slurm import commands, rows, stops
 from worker.slurm import environment as slurm_environment
+from worker.slurm.endings import ending, gpus_per_node, nice_for, stopped_resumably
 from worker.slurm.prepare import BASE_SPEC
 from worker.slurm.rank import LAUNCH_FILE
 from worker.slurm.script import CANCEL_MARK, BatchJob, batch_log, job_name, render
@@ -47,50 +48,6 @@ log = logging.getLogger("rankzero.slurm")
 S = JobStatus
 TB_POINTS = 20_000  # TensorBoard scalars written per job per period (worker/watch.py TICK_POINTS)
 NODES_EVERY_S = 30.0  # how often the hosts page's picture of the cluster (`sinfo`) is refreshed
-
-
-def nice_for(priority: int) -> int:
-    """rankzero priority (−1000..1000) → sbatch --nice (0..2000; higher priority, lower nice)."""
-    return max(0, min(2000, 1000 - priority))
-
-
-def gpus_per_node(spec: JobSpec, settings: Settings) -> int:
-    per_rank = settings.slurm_gpus_per_rank
-    if spec.device == "cuda":
-        per_rank = max(1, per_rank)
-    elif spec.device == "cpu":
-        per_rank = 0
-    return per_rank * spec.nproc
-
-
-def ending(reading: Reading, *, finished: bool, script: bool, hole: str | None,
-           failure: errors.Failure | None, exit_code: int | None) -> tuple[JobStatus, str, dict]:  # fmt: skip
-    """How an attempt Slurm says has ended ends the job: (status, timeline words, error columns). A
-    success is only what the trainer vouches for (`finished`, a whole record); a script's, its exit 0.
-
-    The trainer's word wins over a rank's exit status after it: a built-in run that wrote `finished` with a
-    whole record (its final checkpoint and every event on disk) succeeds even when Slurm says FAILED because a
-    rank died in process-group teardown afterwards (seen under load: gloo aborts a rank whose peer exited
-    first, exit 134), as a worker's run does (worker/supervise.py); the exit code stays on the row."""
-    if reading.status is S.failed and finished and not script and hole is None:
-        words = f"{reading.words}, after the trainer finished (a rank died in process-group teardown)"
-        return S.succeeded, words, {"exit_code": exit_code, "eta_s": 0.0}
-    if reading.status is S.succeeded:
-        if exit_code not in (None, 0):
-            reading = Reading(Phase.ended, f"{reading.words} (exit code {exit_code})", S.failed)
-        elif not script and not finished:
-            hole = hole or "the trainer wrote no `finished` event"
-        if reading.status is S.succeeded and hole is None:
-            return S.succeeded, reading.words, {"exit_code": 0, "eta_s": 0.0}
-        if reading.status is S.succeeded:
-            return S.failed, f"{reading.words}, but its record is not whole", {"error": hole, "exit_code": exit_code}
-    if reading.status is S.cancelled:
-        return S.cancelled, reading.words, {"exit_code": exit_code}
-    error = failure.text() if failure is not None else reading.words
-    if failure is not None and failure.rank is None:
-        error = f"{reading.words}\n{error}"
-    cols = {"error": error[:20000], "exit_code": exit_code, "failed_rank": failure.rank if failure else None}
-    return S.failed, reading.words, cols
 
 
 @dataclass
@@ -113,6 +70,7 @@ class Agent:
     watched: dict[int, _Watched] = field(default_factory=dict)
     nodes_at: float = -NODES_EVERY_S  # when `sinfo` last ran (monotonic)
     interrupted: dict[int, float] = field(default_factory=dict)  # job → when it was first seen PREEMPTED (monotonic)
+    node_failed: dict[int, bool] = field(default_factory=dict)  # job → seen NODE_FAIL/BOOT_FAIL (True), PREEMPTED
     shown: list[tuple[int, int, BackendStatus]] = field(default_factory=list)  # to write at the period's end
 
     @property
@@ -143,7 +101,10 @@ class Agent:
         if ids:
             seen = commands.squeue(self.run)
             missing = [i for i in ids if i not in seen]
-            seen.update(commands.sacct(self.run, missing))
+            # squeue says CANCELLED but not by whom: Slurm's accounting does (a cancel rankzero did not ask for).
+            outside = [r.backend_job_id for r in live if r.status is not S.cancelling and r.backend_job_id in seen
+                       and base_state(seen[r.backend_job_id].state) == "CANCELLED"]  # fmt: skip
+            seen.update(commands.sacct(self.run, [*missing, *outside]))
             for row in live:
                 if row.backend_job_id:
                     try:
@@ -250,7 +211,7 @@ class Agent:
         reading = read(slurm, first, row.status is S.cancelling)
         reading = settled(slurm, reading, self._interrupted_for(row.job_id, slurm))
         target = first + (slurm.restarts if slurm is not None else 0)
-        if reading.phase is Phase.unknown:
+        if not self._conclusive(row, slurm, target, reading):
             self._ingest(row)
             return
         if target > row.attempt and row.status is not S.cancelling:
@@ -267,6 +228,14 @@ class Agent:
             self._ingest(row)
         elif reading.phase is Phase.ended:
             self._end(row, reading, slurm)
+
+    def _conclusive(self, row: rows.Row, slurm: SlurmJob | None, target: int, reading: Reading) -> bool:
+        """False while Slurm does not list the job, or while a requeued job's old batch step is still completing
+        (it writes why it stopped: the requeue is named by it, next period)."""
+        state = base_state(slurm.state) if slurm is not None else ""
+        if state in INTERRUPTED_STATES:
+            self.node_failed[row.job_id] = state != "PREEMPTED"
+        return reading.phase is not Phase.unknown and not (target > row.attempt and state == "COMPLETING")
 
     def _interrupted_for(self, job_id: int, slurm: SlurmJob | None) -> float:
         """Seconds the job has been PREEMPTED (NODE_FAIL, BOOT_FAIL) without a requeue, as this agent saw it."""
@@ -288,11 +257,17 @@ class Agent:
             self.shown.append((row.job_id, row.attempt, shown))
 
     def _requeued(self, row: rows.Row, target: int, reading: Reading) -> rows.Row:
-        """Slurm restarted the job (preemption, the time limit, a node failure): the attempt that ran ends
-        as requeued (its events ingested), and the row becomes attempt `target`, waiting in Slurm."""
+        """Slurm restarted the job (preemption, the time limit, `scontrol requeue`, a node failure: named by the
+        batch step's stop record): the attempt that ran ends as requeued (its events ingested), and the row becomes
+        attempt `target`, waiting in Slurm."""
         self._ingest(row, final=True)
         self.watched.pop(row.job_id, None)
-        words = f"requeued by Slurm: resumes from its newest checkpoint as attempt {target}"
+        restart = target - (row.first_attempt or row.attempt) - 1
+        record = stops.read_record(job_run_dir(self.runs_dir, row.job_id), str(row.backend_job_id), restart)
+        seen = self.node_failed.pop(row.job_id, None)  # no record: what the agent saw of it, if anything
+        fallback = None if seen is None else (stops.Cause.node_failure if seen else stops.Cause.preempted)
+        why = stops.requeue_words(*record) if record is not None else stops.requeue_words(fallback, unseen=True)
+        words = f"{why}: resumes from its newest checkpoint as attempt {target}"
         # starting or running → queued → starting as attempt `target` (one that never ran moves on too).
         jobs.requeue(self.engine, row.job_id, words, attempt=row.attempt)
         rows.claim(self.engine, row.job_id, target, self.runs_dir, self.pool, reading.words)
@@ -343,9 +318,16 @@ class Agent:
         run = RunDir(job_run_dir(self.runs_dir, row.job_id))
         self._ingest(row, final=True)
         w = self.watched.pop(row.job_id, None)
-        if row.status is not S.cancelling and stopped_resumably(list(run_record.read_events(run))):
+        cancelling = row.status is S.cancelling
+        restart = row.attempt - (row.first_attempt or row.attempt)
+        record = stops.read_record(run.root, str(row.backend_job_id), restart)
+        cause = record[0] if record is not None else None
+        resumable = stopped_resumably(list(run_record.read_events(run)))
+        if stops.resubmits(slurm.state if slurm else "", cause, resumable, cancelling):
             self._resubmit(row, reading)
             return
+        if not cancelling and cause is stops.Cause.signalled:  # the site stopped it: final, as a cancel
+            reading = Reading(Phase.ended, f"Slurm job {row.backend_job_id}: {stops.stop_words(cause)}", S.cancelled)
         finished = bool(w and w.ingestor.seen.finished) or any(
             e.get("type") == "finished" for e in run_record.read_events(run)
         )
@@ -358,6 +340,8 @@ class Agent:
         hole = run_record.hole_in_record(run, expect_finished=not script) if whole_needed else None
         status, words, cols = ending(reading, finished=finished, script=script, hole=hole, failure=failure,
                                      exit_code=exit_code)  # fmt: skip
+        if status is S.cancelled and row.status is S.running:  # the site's cancel: running → cancelling → cancelled
+            rows.site_cancelling(self.engine, row.job_id, row.attempt, words)
         jobs.finish(self.engine, row.job_id, status, detail=words, attempt=row.attempt, **cols)
         log.info("job %s: %s (%s)", row.job_id, status.value, words)
 
@@ -392,15 +376,6 @@ def _console(run: RunDir, attempt: int, raw_spec: dict) -> ConsoleFeed | None:
         return None
     feed = ConsoleFeed(run, attempt, spec)
     return feed if feed.enabled else None
-
-
-def stopped_resumably(events: list[dict]) -> bool:
-    """Did the run's last attempt end with the trainer's `stopped` event (a checkpoint, exit 75)?"""
-    for event in reversed(events):
-        kind = event.get("type")
-        if kind in ("stopped", "finished", "failed", "started"):
-            return kind == "stopped"
-    return False
 
 
 def _script_env(spec_dict: dict) -> dict[str, str]:

@@ -7,12 +7,13 @@ MinJobAge); a job it does not list is asked of `sacct` (accounting may be off: t
 
 from __future__ import annotations
 
+import pwd
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from worker.slurm.states import SlurmJob, exit_status
+from worker.slurm.states import SlurmJob, cancelled_by_uid, exit_status
 
 SQUEUE_FIELDS = ("JobID", "State", "Reason", "NodeList", "Partition", "RestartCnt", "StartTime", "exit_code")
 SACCT_FIELDS = ("JobID", "State", "Reason", "NodeList", "Partition", "ExitCode", "Start")
@@ -57,15 +58,26 @@ def parse_squeue(text: str) -> dict[str, SlurmJob]:
     return found
 
 
-def parse_sacct(text: str) -> dict[str, SlurmJob]:
-    """`sacct -n -P -X -o <SACCT_FIELDS>` → job id → its last record (a requeued job has several)."""
+def user_name(uid: int) -> str:
+    """The account name of `uid` (the number itself where this host does not know it)."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def parse_sacct(text: str, name_of: Callable[[int], str] = user_name) -> dict[str, SlurmJob]:
+    """`sacct -n -P -X -o <SACCT_FIELDS>` → job id → its last record (a requeued job has several); a cancelled
+    job's canceller ("CANCELLED by 0") named by `name_of`."""
     found: dict[str, SlurmJob] = {}
     for line in text.splitlines():
         parts = line.split("|")
         if len(parts) < len(SACCT_FIELDS) or not parts[0]:
             continue
         job_id, state, reason, nodes, partition, code, start = parts[: len(SACCT_FIELDS)]
-        found[job_id] = SlurmJob(job_id, state, reason, nodes, partition, 0, start, exit_status(code))
+        uid = cancelled_by_uid(state)
+        by = name_of(uid) if uid is not None else ""
+        found[job_id] = SlurmJob(job_id, state, reason, nodes, partition, 0, start, exit_status(code), by)
     return found
 
 

@@ -155,3 +155,12 @@ def replace_nodes(engine: Engine, pool: str, nodes: list[NodeState]) -> None:
             s.add(SlurmNode(pool=pool, node=key[0], partition=key[1], state=n.state[:100], reason=reason,
                             cpus=n.cpus[:40], gres=n.gres[:400]))  # fmt: skip
         s.commit()
+
+
+def site_cancelling(engine: Engine, job_id: int, attempt: int, words: str) -> bool:
+    """A running job the site cancelled (scancel by anyone but rankzero) goes through `cancelling`, as every
+    cancel does (core/job_state.py), before the agent finishes it `cancelled`."""
+    with Session(engine) as s:
+        won = jobs.transition(s, job_id, S.cancelling, expect=S.running, detail=words, fence=attempt)
+        s.commit()
+    return won

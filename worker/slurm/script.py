@@ -8,9 +8,10 @@ SLURM_NTASKS. MASTER_ADDR is the address of the first host of the allocation, MA
 the job id and restart count.
 
 Signals: `--signal=USR1@margin` warns every rank before the time limit (and on preemption, with
-`preempt_send_user_signal`); the ranks checkpoint and exit 75. The script then requeues its own job
-(`scontrol requeue`: with GraceTime a preempted job that exits cleanly is not requeued by Slurm) unless
-rankzero asked to cancel it (a marker file the agent writes before `scancel`). The shell traps TERM so
+`preempt_send_user_signal`); the ranks checkpoint and exit 75. The script then asks Slurm why
+(worker/slurm/stopped.py) and requeues its own job only after a preemption (with GraceTime a preempted job that
+exits cleanly is not requeued by Slurm) or the time-limit warning; never after a cancel, rankzero's (a marker file
+the agent writes before `scancel`) or anyone's. The shell traps TERM so
 that Slurm's signal to the batch step never ends the script before `exit $rc`: the job's state is what
 the ranks said, never an `echo`'s.
 """
@@ -161,9 +162,11 @@ def render(job: BatchJob) -> str:
         f"$guard {py} -m worker.slurm.rank",
         "rc=$?",
         'echo "rankzero: ranks exited $rc" ',
-        f'if [ "$rc" -eq {EXIT_STOPPED} ] && [ ! -e {q(str(job.run_root / CANCEL_MARK))} ]; then',
-        '  echo "rankzero: checkpointed on a stop signal; requeueing job $SLURM_JOB_ID"',
-        '  scontrol requeue "$SLURM_JOB_ID" || echo "rankzero: scontrol requeue failed (Slurm may requeue it itself)"',
+        # Why they stopped decides whether the job comes back (worker/slurm/stopped.py: only a preemption or the
+        # time-limit warning is requeued by the script; a cancel by anyone is final).
+        f'if [ "$rc" -eq {EXIT_STOPPED} ]; then',
+        f"  {py} -m worker.slurm.stopped --run-dir {root} --margin {job.signal_margin_s} || "
+        'echo "rankzero: could not tell why the ranks stopped: not requeued"',
         "fi",
         "exit $rc",
     ]

@@ -27,6 +27,7 @@ class SlurmJob:
     restarts: int = 0
     start_time: str = ""  # pending: the expected or earliest start (BeginTime after a requeue)
     exit_code: int | None = None  # the batch step's exit status (sacct "3:0" → 3; squeue's wait status → 3)
+    by: str = ""  # who cancelled it, where Slurm says (sacct's "CANCELLED by 1000", as a user name)
 
 
 class Phase(enum.Enum):
@@ -114,8 +115,7 @@ def read(job: SlurmJob | None, first_attempt: int, cancel_requested: bool) -> Re
     if state == "COMPLETED":
         return Reading(Phase.ended, f"{head}: completed{where}", JobStatus.succeeded)
     if state == "CANCELLED":
-        who = "cancelled" if cancel_requested else "cancelled outside rankzero (scancel by its user or an admin)"
-        return Reading(Phase.ended, f"{head}: {who}", JobStatus.cancelled)
+        return Reading(Phase.ended, f"{head}: {cancelled_words(job, cancel_requested)}", JobStatus.cancelled)
     ended = {
         "FAILED": f"failed{code}",
         "TIMEOUT": "reached its time limit before it could checkpoint (raise the time limit or the signal margin)",
@@ -127,6 +127,22 @@ def read(job: SlurmJob | None, first_attempt: int, cancel_requested: bool) -> Re
         return Reading(Phase.running, f"{head}: in Slurm state {state or '?'} (not known to rankzero; still watched)")
     status = JobStatus.cancelled if cancel_requested else JobStatus.failed
     return Reading(Phase.ended, f"{head}: {ended}{where}", status)
+
+
+def cancelled_words(job: SlurmJob, cancel_requested: bool) -> str:
+    """A cancel rankzero asked for is "cancelled"; any other is the site's: "cancelled by Slurm (scancel by USER)",
+    naming who where Slurm's accounting says (sacct's "CANCELLED by UID")."""
+    if cancel_requested:
+        return "cancelled"
+    return f"cancelled by Slurm (scancel by {job.by})" if job.by else "cancelled by Slurm (scancel)"
+
+
+def cancelled_by_uid(state: str) -> int | None:
+    """sacct's "CANCELLED by 1000" → 1000 (None for any other state, or no uid)."""
+    parts = state.split()
+    if len(parts) == 3 and base_state(parts[0]) == "CANCELLED" and parts[1] == "by" and parts[2].isdigit():
+        return int(parts[2])
+    return None
 
 
 # How long a job may stay PREEMPTED / NODE_FAIL / BOOT_FAIL before the agent takes it as ended: Slurm requeues a
