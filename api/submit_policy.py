@@ -10,15 +10,16 @@ from __future__ import annotations
 import json
 import logging
 import os
-from pathlib import Path
+import re
 
 from sqlalchemy import func, select
 from sqlmodel import Session, col
 
-from core import bundles, capacity, code_policy
+from core import artifacts, bundles, capacity, code_policy, resume_source
+from core.artifacts import keys
 from core.backends import BackendKind, backend_of_pool
 from core.db import get_engine
-from core.paths import UnsafePath, inside_dataset_roots, inside_runs_dir, run_dir_of
+from core.paths import UnsafePath, inside_dataset_roots, inside_runs_dir
 from core.settings import Settings
 from core.tables import TERMINAL_STATUSES, Checkpoint, Job
 from trainer import catalogue
@@ -104,16 +105,56 @@ def check_user_code(spec: JobSpec, settings: Settings) -> None:
 
 
 def check_resume_from(spec: JobSpec, settings: Settings) -> JobSpec:
-    """Return the spec with resume_from replaced by its resolved path inside the runs dir."""
+    """Return the spec with resume_from as the checkpoint's key (`job_<id>/checkpoints/step_<N>.pt`, relative to
+    the runs dir: core/resume_source.py), never a host's absolute path: every worker finds it by that key, in its
+    own runs dir or the artifact store. The file must be in the API's runs dir (no link leaving it) or, for a
+    job's file, recorded as its checkpoint or held by the store (a job that ran on a host that uploads)."""
     if spec.resume_from is None:
         return spec
+    runs = settings.resolved_runs_dir
     try:
-        path = inside_runs_dir(spec.resume_from, settings.resolved_runs_dir)
-    except UnsafePath as exc:
+        key = resume_source.resume_key(spec.resume_from, runs, runs.resolve())
+        if _PERCENT.search(key):
+            raise UnsafePath("path contains percent-encoding; give the plain file path")
+    except (keys.BadKey, UnsafePath) as exc:
         raise SpecRefused(("body", "resume_from"), f"resume_from refused: {exc}") from None
-    if not path.is_file():
-        raise SpecRefused(("body", "resume_from"), "resume_from: no such checkpoint file inside the runs dir")
-    return spec.model_copy(update={"resume_from": str(path)})
+    local = runs / key
+    if local.exists() or local.is_symlink():  # the API's runs dir holds it: it must not leave it (no link out)
+        try:
+            path = inside_runs_dir(key, runs)
+        except UnsafePath as exc:
+            raise SpecRefused(("body", "resume_from"), f"resume_from refused: {exc}") from None
+        if not path.is_file():
+            raise SpecRefused(("body", "resume_from"), "resume_from: no such checkpoint file inside the runs dir")
+        key = path.relative_to(runs.resolve()).as_posix()
+    elif not _recorded_or_stored(key, settings):
+        raise SpecRefused(
+            ("body", "resume_from"),
+            f"resume_from: no checkpoint {key} in the runs dir or the artifact store "
+            "(give one `rankzero checkpoints JOB` lists)",
+        )
+    return spec.model_copy(update={"resume_from": key})
+
+
+_PERCENT = re.compile(r"%[0-9A-Fa-f]{2}")
+
+
+def _recorded_or_stored(key: str, settings: Settings) -> bool:
+    """A job's file the API's runs dir lacks: a checkpoint the database recorded, or a file the store holds."""
+    owned = resume_source.key_job(key)
+    if owned is None:
+        return False
+    job_id, relative = owned
+    with Session(get_engine(settings.resolved_database_url)) as session:
+        row = session.execute(
+            select(col(Checkpoint.id)).where(col(Checkpoint.job_id) == job_id, col(Checkpoint.path) == relative)
+        ).first()
+    if row is not None:
+        return True
+    try:
+        return artifacts.find(settings, key) is not None
+    except artifacts.StoreUnavailable:
+        return False
 
 
 def check_resume_fits(spec: JobSpec, settings: Settings) -> None:
@@ -124,16 +165,16 @@ def check_resume_fits(spec: JobSpec, settings: Settings) -> None:
     """
     if spec.resume_from is None or spec.is_script:  # a script chooses its own batch and length
         return
-    path = Path(spec.resume_from)  # resolved inside the runs dir by check_resume_from
-    run_dir = path.parent.parent
+    owned = resume_source.key_job(spec.resume_from)  # a key, made by check_resume_from
+    if owned is None:
+        return
     with Session(get_engine(settings.resolved_database_url)) as session:
-        rel = str(path.relative_to(run_dir))
-        for ckpt, job in session.execute(select(Checkpoint, Job).join(Job).where(col(Checkpoint.path) == rel)).all():
+        at = (col(Checkpoint.job_id) == owned[0], col(Checkpoint.path) == owned[1])
+        found = session.execute(select(Checkpoint, Job).join(Job).where(*at)).all()
+        for ckpt, job in found:
             try:
-                if run_dir_of(job, settings) != run_dir:
-                    continue
                 batch = JobSpec.model_validate(job.spec).global_batch_size
-            except (UnsafePath, ValueError):
+            except ValueError:
                 return  # a row we cannot read: the trainer still checks the file
             if batch != spec.global_batch_size:
                 raise SpecRefused(

@@ -43,6 +43,7 @@ from core.settings import Settings
 from core.tables import Checkpoint, Job
 from trainer import checkpoint_files
 from trainer.run_dir import RunDir
+from worker import resume_fetch
 
 log = logging.getLogger("rankzero.worker")
 CHUNK = 4 << 20
@@ -350,15 +351,20 @@ def fill_gap(events: Path, ingested_seq: int) -> int:
 def prepare_follower(engine: Engine, settings: Settings, job_id: int, attempt: int, run: RunDir,
                      spec: dict[str, object]) -> None:  # fmt: skip
     """A follower on a host that uploads has no node 0's run dir: it writes the ranks' spec.json itself and,
-    resuming, fetches the newest checkpoint the store holds and points the built-in trainer at it."""
+    resuming, fetches the newest checkpoint the store holds and points the built-in trainer at it, else the
+    checkpoint the spec resumes from (resume_fetch.ResumeUnavailable when it cannot be provided here)."""
     if not uploads(settings):
         return
     run.root.mkdir(parents=True, exist_ok=True)
+    latest = None
     if attempt > 1:
         with _client(settings) as client:
             latest = _fetch_checkpoint(engine, client, job_id, run)
-        if latest is not None and not spec.get("entrypoint"):
-            spec = {**spec, "resume_from": str(latest)}
+    spec = dict(spec)
+    if latest is not None and not spec.get("entrypoint"):
+        spec["resume_from"] = str(latest)
+    else:
+        resume_fetch.provide_in_spec(engine, settings, spec, optional=latest is not None)
     run_files.write_atomic(run.spec, json.dumps(spec, indent=2), run.root)
 
 

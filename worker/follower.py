@@ -40,6 +40,7 @@ from worker.launch_command import Topology
 from worker.outcome import apply
 from worker.quota import Quota, QuotaWatch
 from worker.resources import ResourceWatch
+from worker.resume_fetch import ResumeUnavailable
 from worker.stop_reason import stop_reason
 from worker.wakeups import Wakeups
 
@@ -93,7 +94,12 @@ def run_follower(engine: Engine, settings: Settings, job_id: int, node_rank: int
             return f"job {job_id}: node {node_rank}: environment failed"
         cuda = gpus.visible_devices(settings, lease)
         spec_dict = layout.spec_for_ranks(spec.model_dump(mode="json"))
-        artifact_shipping.prepare_follower(engine, settings, job_id, number, run, spec_dict)  # no shared runs dir
+        try:  # no shared runs dir: its own spec.json, and the checkpoint it resumes from fetched here
+            artifact_shipping.prepare_follower(engine, settings, job_id, number, run, spec_dict)
+        except ResumeUnavailable as exc:  # never a silent start from scratch
+            error = f"node {node_rank} ({settings.resolved_host_name}): {exc}"
+            jobs.finish(engine, job_id, S.failed, detail="checkpoint unavailable", attempt=number, error=error)
+            return f"job {job_id}: node {node_rank}: checkpoint unavailable"
         topo = Topology(nproc=layout.nproc, nnodes=layout.nnodes, node_rank=node_rank, endpoint=layout.endpoint)
         launched = launch(run, spec_dict, job_id, number, topo, cuda, settings, code_dir=code,
                           environment=ready.root if ready is not None else None)  # fmt: skip

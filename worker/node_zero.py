@@ -44,6 +44,7 @@ from worker.decide import restart_or_fail as decide_restart_or_fail
 from worker.launch import launch, port_taken
 from worker.launch_command import Topology, free_port, memory_limit_mb
 from worker.outcome import apply
+from worker.resume_fetch import ResumeUnavailable, provide_in_spec
 from worker.stop_reason import grace_s, stop_note, stop_reason
 from worker.user_paths import for_job, scrub
 from worker.wakeups import Wakeups
@@ -117,8 +118,13 @@ def _run_attempt(engine: Engine, settings: Settings, job: Job, spec: JobSpec, cu
         if number > 1:  # it may have run on a host that uploads: its record and checkpoint come from the store
             artifact_shipping.fetch_for_resume(engine, settings, job_id, run)
         latest = _before_launch(engine, settings, job_id, number, run)
+        if latest is None or spec.is_script:  # the checkpoint it was resumed from, found or fetched here
+            provide_in_spec(engine, settings, spec_dict, optional=latest is not None)
     except jobs.FencedOut as exc:
         return str(exc)
+    except ResumeUnavailable as exc:  # never a silent start from scratch
+        _fail_before_launch(engine, settings, job_id, number, "checkpoint unavailable", str(exc))
+        return f"job {job_id}: checkpoint unavailable"
     except Exception as exc:  # nothing runs yet: the job fails saying why, never stays `starting`
         log.exception("job %s attempt %s: preparing the launch failed", job_id, number)
         error = f"the worker could not prepare attempt {number}: {type(exc).__name__}: {exc}"

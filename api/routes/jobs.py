@@ -142,7 +142,8 @@ def _check_resume_owner(session: Session, settings: Settings, who: Principal, sp
     too); a file elsewhere in the runs dir has no owner to check."""
     if spec.resume_from is None or who.role == "admin":
         return
-    job_id = resume_owner_job(Path(spec.resume_from), settings.resolved_runs_dir)  # resolved by submit_policy
+    runs = settings.resolved_runs_dir.resolve()
+    job_id = resume_owner_job(runs / spec.resume_from, runs)  # a key inside the runs dir, made by submit_policy
     job = session.get(Job, job_id) if job_id is not None else None
     if job_id is not None and job is not None:
         may_change_job(who, job.owner_id, job_id, "job.resume")

@@ -16,6 +16,7 @@ from api.models import ErrorDetail, JobPublic
 from api.models_sweeps import SweepDetail, SweepPage, SweepPublic
 from api.routes.jobs import check_priority_ceiling
 from core import audit, jobs, quota_gate
+from core.artifacts import keys
 from core.resume import resume_spec
 from core.settings import Settings
 from core.sweeps import store
@@ -180,11 +181,11 @@ def extend_best(
     newest = session.exec(
         select(Checkpoint).where(col(Checkpoint.job_id) == head.best_job_id).order_by(col(Checkpoint.step).desc())
     ).first()
-    if job is None or newest is None or job.run_dir is None:
+    if job is None or newest is None:
         raise HTTPException(status.HTTP_409_CONFLICT, f"job {head.best_job_id} (the best trial) has no checkpoint")
     may_change_job(who, job.owner_id, int(job.id or 0), "job.resume")  # a resume's rule, as POST /api/jobs's
     check_priority_ceiling(session, who, int(job.spec.get("priority") or 0))
-    at = f"{job.run_dir}/{newest.path}"
+    at = keys.job_key(int(job.id or 0), newest.path)  # its key: wherever the trial ran, never a host's path
     longer = body.max_steps or max(newest.step + 1, 2 * (job.total_steps or newest.step))
     spec, _ = resume_spec(
         job.spec, total_steps=job.total_steps, checkpoint_step=newest.step, resume_from=at, max_steps=longer

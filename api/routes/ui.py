@@ -24,8 +24,8 @@ from sqlmodel import Session
 from api.auth import CSRF_HEADER, app_settings, session_csrf, token_matches
 from api.routes.environments import carry_lock
 from core import metric_rollup, permissions
+from core.artifacts import keys
 from core.db import get_engine
-from core.paths import UnsafePath, run_dir_of
 from core.resume import derived_name, resume_spec
 from core.settings import Settings
 from core.tables import Checkpoint, Job
@@ -223,18 +223,12 @@ def _prefill(
             job = db.get(Job, checkpoint.job_id) if checkpoint else None
             if checkpoint is None or job is None:
                 raise HTTPException(status.HTTP_404_NOT_FOUND, f"checkpoint {resume} not found")
-            try:
-                run_dir = run_dir_of(job, settings)
-            except UnsafePath as exc:
-                raise HTTPException(
-                    status.HTTP_404_NOT_FOUND, f"checkpoint {resume} is outside the runs dir: {exc}"
-                ) from None
-            # The trainer takes an absolute path; the service allows only paths inside its runs dir.
+            # Its key (core/resume_source.py): the same file on every host, in its runs dir or the store.
             spec, how = resume_spec(
                 {**job.spec, "name": job.name},
                 total_steps=job.total_steps,
                 checkpoint_step=checkpoint.step,
-                resume_from=str(run_dir / checkpoint.path),
+                resume_from=keys.job_key(int(job.id or 0), checkpoint.path),
             )
             # A script chooses its own batch: no global-batch warning for it.
             batch = None if job.spec.get("entrypoint") else _global_batch(job.spec)
