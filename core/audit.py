@@ -3,7 +3,8 @@ same transaction as the change it records, so the log never names a change that 
 
 Actions: job.submit, job.cancel, job.priority, job.archive, job.unarchive, job.delete, job.edit (tags,
 note), user.add, user.role, user.quota, token.add, token.revoke, host.drain, host.undrain, sweep.create,
-sweep.cancel, sweep.pause, sweep.resume, sweep.extend, worker.add, worker.revoke (issue 37). A job a sweep
+sweep.cancel, sweep.pause, sweep.resume, sweep.extend, worker.add, worker.revoke, code.upload (a new
+bundle), code.left_out (issue 37). A job a sweep
 creates is a job.submit by the sweep's owner whose detail names the sweep ("trial 3 of sweep 2: …"),
 whichever process made it (the scheduler's sweep driver included: `record_for`)."""
 

@@ -26,9 +26,9 @@ from starlette.requests import ClientDisconnect
 
 from api.deps import CurrentUser, SettingsDep, Uploader
 from api.models import CodeBundle, CodeFile, CodeFiles, ErrorDetail, LeftOutFile, LeftOutRecord
-from core import bundles, permissions, users
+from core import audit, bundles, permissions, users
 from core.bundles import excluded
-from core.db import get_read_engine
+from core.db import get_engine, get_read_engine
 from core.settings import Settings
 from core.tables import Job
 from core.users import Principal
@@ -97,6 +97,13 @@ def may_read(who: Principal, settings: Settings, sha256: str) -> None:
         f"code bundle {sha256[:12]} is readable by its uploaders, the owners of jobs that run it and admins on this "
         f"server (RANKZERO_CODE_VISIBILITY=owner); {who.name} is none of them",
     )
+
+
+def _audit(settings: Settings, who: Principal, action: str, target: str, detail: str) -> None:
+    """An audit row of its own (the bundle store is files, not rows: there is no transaction to share)."""
+    with Session(get_engine(settings.resolved_database_url)) as session:
+        audit.record(session, who, action, target, detail)
+        session.commit()
 
 
 def _runs_it(settings: Settings, user_id: int, sha256: str) -> bool:
@@ -196,7 +203,11 @@ async def upload_code(request: Request, response: Response, settings: SettingsDe
     finally:
         tmp.unlink(missing_ok=True)
     await run_in_threadpool(note_uploader, settings, sha256, who.user_id)  # she may now record its left-out files
-    if not created:
+    if created:  # a new bundle on the server is a state change: audited (issue 37)
+        await run_in_threadpool(
+            _audit, settings, who, "code.upload", f"bundle {sha256[:12]}", f"{manifest.files} files"
+        )
+    else:
         response.status_code = status.HTTP_200_OK
     return CodeBundle(sha256=sha256, bytes=manifest.bytes, files=manifest.files, unpacked_bytes=manifest.unpacked_bytes)
 
@@ -304,4 +315,5 @@ async def put_left_out(sha256: Sha256, request: Request, settings: SettingsDep, 
         )
     items = excluded.from_json(body)  # each entry checked; an ill-formed one is dropped
     await run_in_threadpool(excluded.write_record, settings, sha256, items)
+    await run_in_threadpool(_audit, settings, who, "code.left_out", f"bundle {sha256[:12]}", f"{len(items)} entries")
     return LeftOutRecord(entries=len(items))

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlmodel import Session
+from sqlalchemy import func
+from sqlmodel import Session, select
 
 from api.app import create_app
 from core import permissions
@@ -26,7 +27,7 @@ from core.db import get_engine
 from core.settings import Settings
 from core.sweeps import store
 from core.sweeps.space import SweepSpec
-from core.tables import JobStatus
+from core.tables import AuditEvent, JobStatus
 from tests.support.jobs import fake_spec
 from tests.support.rows import insert_job
 from tests.support.settings import API_TOKEN
@@ -41,6 +42,8 @@ SWEEP = {
     "parameters": {"optimizer.lr": {"log_uniform": [0.001, 0.1]}},
 }
 _serial = itertools.count(1)
+# A worker's shipping of a job's files is the job's own output arriving, not a person's change: not audited.
+NOT_AUDITED = {"artifact.ship"}
 
 
 def _bundle() -> bytes:
@@ -83,9 +86,11 @@ class Team:
             db.commit()
             return int(job.id or 0)
 
-    def sweep(self, owner: str) -> int:
+    def sweep(self, owner: str, status: str = "running") -> int:
         with Session(get_engine(self.settings.resolved_database_url)) as db:
             row = store.create(db, SweepSpec.model_validate(SWEEP), "default", owner_id=self.ids.get(owner))
+            store.set_status(db, int(row.id or 0), status, ("running",))
+            db.commit()
             return int(row.id or 0)
 
     def bundle(self, owner: str) -> str:
@@ -94,6 +99,10 @@ class Team:
         r = uploader.post("/api/code", content=body, headers={"Content-Type": "application/gzip"})
         assert r.status_code in (200, 201), r.text
         return hashlib.sha256(body).hexdigest()
+
+    def newest_audit(self) -> int:
+        with Session(get_engine(self.settings.resolved_database_url)) as db:
+            return int(db.exec(select(func.max(AuditEvent.id))).one() or 0)
 
     def token(self, owner: str) -> int:
         r = self.admin.post(f"/api/users/{owner}/tokens", json={"name": f"t{next(_serial)}"})
@@ -131,7 +140,7 @@ def _url(team: Team, method: str, path: str, owner: str) -> str:
         status = JobStatus.succeeded if method == "DELETE" else JobStatus.queued
         values["job_id"] = team.job(owner, status)
     if "{sweep_id}" in path:
-        values["sweep_id"] = team.sweep(owner)
+        values["sweep_id"] = team.sweep(owner, "paused" if path.endswith("/resume") else "running")
     if "{token_id}" in path:
         values["token_id"] = team.token(owner)
     if "{sha256}" in path:
@@ -173,11 +182,14 @@ def test_each_role_owner_and_not_is_refused_exactly_as_the_table_says(team: Team
             caller = team.names[role]
             owner = caller if own and role != "worker" else "bob"
             url = _url(team, method, path, owner)
+            before = team.newest_audit()
             r = team.clients[caller].request(method, url, **_body(method, path))
             may = permissions.allowed(role, action, own)  # pyright: ignore[reportArgumentType]
             seen.append(f"{role} {'own' if own else 'other'} {method} {path} {r.status_code}")
             if may:
                 assert r.status_code != 403, (role, own, action, url, r.text)
+                if r.is_success and action not in NOT_AUDITED:  # every state change is audited (issue 37)
+                    assert team.newest_audit() > before, (role, action, url, "no audit entry")
             else:
                 assert r.status_code == 403, (role, own, action, url, r.status_code, r.text)
     assert len(seen) > 100
