@@ -61,8 +61,11 @@ lint: $(VENV)/.installed-test web
 # The suite runs on TEST_WORKERS pytest-xdist workers at once: most slow tests wait on processes, not the CPU.
 # tests/support/parallel.py decides which tests share a worker and starts the longest first (tests/durations.json);
 # the run ends with the 25 slowest tests and the seconds per folder.
+# The workers share two cores, so every test's deadline (a last resort: tests/support/deadlines.py) and its
+# pytest-timeout are scaled by 3; a passing test returns on its event as soon as it happens.
 TEST_WORKERS ?= 4
-PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --timeout=900
+export RANKZERO_TEST_DEADLINE_SCALE ?= 3
 
 test: $(VENV)/.installed-test web chromium sandbox lint
 	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) --durations=25

@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from tests.support.commands import ROOT
+from tests.support.deadlines import deadline_in
 from tests.support.jobs import fake_spec
 
 RANKZERO = str(Path(sys.executable).with_name("rankzero"))
@@ -97,7 +98,7 @@ def test_up_prints_url_and_token_and_its_worker_dies_with_it(tmp_path):
         [RANKZERO, "up"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=e, text=True, start_new_session=True
     )
     try:
-        deadline = time.monotonic() + 60
+        deadline = deadline_in(60)
         while b" ready." not in ((tmp_path / "worker.log").read_bytes() if (tmp_path / "worker.log").exists() else b""):
             assert time.monotonic() < deadline and up.poll() is None, "rankzero up did not start its worker"
             time.sleep(0.2)
@@ -110,7 +111,7 @@ def test_up_prints_url_and_token_and_its_worker_dies_with_it(tmp_path):
         assert f"  dashboard:  http://127.0.0.1:{port}/\n" in out and f"  API token:  {token}\n" in out, out
         assert "GET /api/health" not in out, out
         assert "GET /api/health" in (tmp_path / "api.log").read_text()
-        deadline = time.monotonic() + 30
+        deadline = deadline_in(30)
         while alive(worker_pid):
             assert time.monotonic() < deadline, "the worker outlived rankzero up"
             time.sleep(0.2)

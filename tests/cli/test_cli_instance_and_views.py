@@ -21,6 +21,7 @@ from sqlmodel import Session
 from core.db import get_engine
 from core.tables import Job
 from tests.support.commands import RANKZERO, ROOT
+from tests.support.deadlines import deadline_in
 from tests.support.ports import free_port
 from tests.support.rows import seed_checkpoint, seed_curves, seed_job
 
@@ -57,7 +58,7 @@ def _start(data_dir: Path, env: dict[str, str], *args: str) -> subprocess.Popen:
 
 
 def _wait_healthy(port: int, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 90
+    deadline = deadline_in(90)
     while True:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2).status_code == 200:

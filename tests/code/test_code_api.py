@@ -15,6 +15,7 @@ from api.app import create_app
 from core import bundles
 from core.settings import Settings
 from tests.support.bundles import make_tar, member
+from tests.support.deadlines import deadline_in
 from tests.support.jobs import DIGITS_SPEC
 from tests.support.settings import API_TOKEN
 
@@ -158,7 +159,7 @@ def test_upload_cut_off_leaves_nothing_behind(settings: Settings, live_api):
             b"Authorization: Bearer " + API_TOKEN.encode() + b"\r\nContent-Length: 5000000\r\n\r\n" + b"\0" * 200_000
         )
         time.sleep(0.5)
-    deadline = time.monotonic() + 10
+    deadline = deadline_in(10)
     while any(bundles.store_dir(settings).glob(".incoming-*")) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(bundles.store_dir(settings).glob(".incoming-*"))

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from rankzero import env as job_env_names
+from tests.support.deadlines import deadline_in
 
 SECRETS = {
     "RANKZERO_API_TOKEN": "secret-token-" + "s" * 40,
@@ -46,7 +47,7 @@ def _run_probe(tmp_path: Path, nproc: int) -> list[dict[str, str]]:
     finally:
         if launched.proc.poll() is None:
             launched.proc.kill()
-    deadline = time.monotonic() + 10
+    deadline = deadline_in(10)
     files = [run.root / f"env_rank_{r}.json" for r in range(nproc)]
     while not all(f.exists() for f in files) and time.monotonic() < deadline:
         time.sleep(0.1)

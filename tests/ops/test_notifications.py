@@ -14,6 +14,7 @@ import pytest
 from core import notify
 from core.tables import JobStatus
 from tests.ops.receiver import Receiver
+from tests.support.deadlines import deadline_in
 from tests.support.jobs import fake_spec
 
 S = JobStatus
@@ -28,7 +29,7 @@ def receiver() -> Iterator[Receiver]:
 
 
 def wait_for(what: str, check, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
+    deadline = deadline_in(timeout)
     while not (result := check()):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")

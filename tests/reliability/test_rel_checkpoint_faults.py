@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.deadlines import deadline_in
 from tests.support.jobs import events, points, run_dir, slow_spec, wait
 from tests.support.procs import wait_ranks
 
@@ -52,33 +53,57 @@ def small_disk(tmp_path: Path):
         subprocess.run(["umount", "-l", str(where)], check=False, capture_output=True)
 
 
+def _freeze_between_checkpoints(ckpt_dir: Path, ranks: list[int], timeout: float) -> None:
+    """SIGSTOP the job's ranks at a moment no checkpoint is being written (no temp file), so what is measured
+    on its disk next is what the job will find when it goes on. The caller SIGCONTs them."""
+    deadline = deadline_in(timeout)
+    while time.monotonic() < deadline:
+        for pid in ranks:
+            os.kill(pid, signal.SIGSTOP)
+        if not any(".tmp-" in n for n in os.listdir(ckpt_dir)):
+            return
+        for pid in ranks:
+            os.kill(pid, signal.SIGCONT)  # mid-write: let it finish, try again
+        time.sleep(0.05)
+    raise AssertionError("never found the job between two checkpoints")
+
+
 def test_disk_full_during_checkpoint_keeps_the_previous_one(service, workers, small_disk) -> None:
     settings, client = service()
     job = client.submit(slow_spec("disk-full", max_steps=400, every=10, max_restarts=0))
     ckpt_dir = run_dir(settings, job["id"]) / "checkpoints"
     small_disk.mount(ckpt_dir)  # before any worker exists, so the job's checkpoints land on it
     workers.start(settings)
-    first = wait(lambda: _listed(client, job["id"]), 120, "the first checkpoint to be listed")[0]
-    used = sum(p.stat().st_size for p in ckpt_dir.iterdir())
-    # Room for half of one more checkpoint: the next save runs out of space mid-write.
-    small_disk.resize(ckpt_dir, ((used + first["bytes"] // 2) // 4096 + 1) * 4096)
+    ranks = list(wait_ranks(workers.marker, job["id"], 2).values())
+    wait(lambda: _listed(client, job["id"]), 120, "the first checkpoint to be listed")
+    # Measure and shrink while the job is frozen between checkpoints: a checkpoint written between the
+    # measurement and the resize would make the new size smaller than what is already used.
+    _freeze_between_checkpoints(ckpt_dir, ranks, 60)
+    try:
+        whole = sorted(p.name for p in ckpt_dir.glob("step_*.pt"))  # keep_last 3: one to three by now
+        kept = ckpt_dir / whole[-1]
+        disk = os.statvfs(ckpt_dir)
+        used = (disk.f_blocks - disk.f_bfree) * disk.f_frsize
+        # Room for half of one more checkpoint: the next save runs out of space mid-write.
+        small_disk.resize(ckpt_dir, ((used + kept.stat().st_size // 2) // 4096 + 1) * 4096)
+    finally:
+        for pid in ranks:
+            os.kill(pid, signal.SIGCONT)
 
     done = client.wait_terminal(job["id"], 90)
     assert done["status"] == "failed", done
     assert "No space left on device" in done["error"], done["error"]
-    assert f"{Path(first['path']).name} is intact" in done["error"], done["error"]
+    assert f"{kept.name} is intact" in done["error"], done["error"]
     listed = _listed(client, job["id"])
-    assert [c["step"] for c in listed] == [first["step"]], listed
-    assert sorted(p.name for p in ckpt_dir.iterdir()) == [Path(first["path"]).name], (
-        "a half-written file was left behind"
-    )
-    _loads_and_matches(run_dir(settings, job["id"]) / first["path"], first["sha256"])
+    assert [Path(c["path"]).name for c in listed] == whole, listed
+    assert sorted(p.name for p in ckpt_dir.iterdir()) == whole, "a half-written file was left behind"
+    _loads_and_matches(run_dir(settings, job["id"]) / listed[-1]["path"], listed[-1]["sha256"])
 
 
 def _catch_between_write_and_rename(ckpt_dir: Path, rank0: int, timeout: float) -> int:
     """Freeze rank 0 while a checkpoint's temp file exists and its final name does not, then kill it.
     Returns the step of the checkpoint it was writing. SIGSTOP first: the check after it is then race-free."""
-    deadline = time.monotonic() + timeout
+    deadline = deadline_in(timeout)
     while time.monotonic() < deadline:
         temp = [n for n in os.listdir(ckpt_dir) if n.startswith(".step_") and ".tmp-" in n]
         if not temp:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from tests.scripts.conftest import script_spec
+from tests.support.deadlines import deadline_in
 from tests.support.procs import alive, job_pids
 
 
@@ -50,7 +51,7 @@ def test_cancel_stops_a_script_job_leaving_no_process(service, workers, project,
     code = upload(client, project("sleeper"))
     job = client.submit(script_spec("sleeper", code, "train.py", nproc=2))
     client.wait(job["id"], lambda j: j["status"] == "running", 120, "running")
-    deadline = time.monotonic() + 120
+    deadline = deadline_in(120)
     while "step 3" not in _log(client, job["id"], 1, "stdout"):
         assert time.monotonic() < deadline, "rank 1 printed nothing"
         time.sleep(0.3)

@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from tests.support.commands import RANKZERO, ROOT
+from tests.support.deadlines import deadline_in
 from tests.support.procs import alive, job_pids, kill_all
 
 STEPS_PER_EPOCH = 8  # 256 samples, batch 16 per rank, 2 ranks
@@ -112,7 +113,7 @@ def test_sdk_script_from_the_cli_shows_its_loss_curve_and_checkpoints(
 
 def _wait_mid_run(client: Any, job_id: int, step: int) -> None:
     """Until an epoch's checkpoint is listed and rank 0 logged `step` (mid-way through the next epoch)."""
-    deadline = time.monotonic() + 180
+    deadline = deadline_in(180)
     while not (
         client.http.get(f"/jobs/{job_id}/checkpoints").json() and step in _logged_steps(_stdout(client, job_id))
     ):

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from rankzero import env as rz_env
+from tests.support.deadlines import deadline_in
 from tests.support.trainer_runs import REPO, child_env, read_events, run, torchrun_cmd
 from trainer.exit_codes import EXIT_OK, EXIT_STOPPED
 
@@ -156,7 +157,7 @@ def test_metrics_held_back_are_written_at_exit_without_a_teardown(tmp_path):
 
 
 def _wait_for(predicate, proc: subprocess.Popen, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = deadline_in(timeout)
     while time.monotonic() < deadline:
         if predicate():
             return

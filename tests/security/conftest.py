@@ -20,6 +20,7 @@ import pytest
 
 from tests.support.attack import TOKEN, Server, sign_in
 from tests.support.commands import ROOT
+from tests.support.deadlines import deadline_in
 from tests.support.ports import free_port
 from tests.support.procs import stop_group
 from tests.support.settings import settings_env
@@ -68,7 +69,7 @@ def served_api(api_settings: Callable[..., Any], tmp_path: Path) -> Iterator[Cal
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
         procs.append(proc)
         base = f"http://127.0.0.1:{settings.port}"
-        deadline = time.monotonic() + 60
+        deadline = deadline_in(60)
         while True:
             try:
                 if httpx.get(f"{base}/api/health", timeout=1).status_code == 200:

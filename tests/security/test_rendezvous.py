@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.support import netns
+from tests.support.deadlines import deadline_in
 from worker import sandbox
 
 NO_SANDBOX = sandbox.probe()
@@ -57,7 +58,7 @@ def launch_node(probe_env: None, tmp_path: Path) -> Iterator[Callable[..., Any]]
 
 def _result(launched: Any, rank: int = 0, timeout_s: float = 120.0) -> dict[str, Any]:
     path = launched.run.root / f"probe_rank{rank}.json"
-    deadline = time.monotonic() + timeout_s
+    deadline = deadline_in(timeout_s)
     while not path.exists():
         assert launched.proc.poll() is None, launched.launcher_log.read_text()
         assert time.monotonic() < deadline, "the probe wrote nothing"

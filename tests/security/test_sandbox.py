@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.deadlines import deadline_in
 from worker import sandbox
 
 pytestmark = pytest.mark.skipif(sandbox.probe() is not None, reason=f"no sandbox here: {sandbox.probe()}")
@@ -41,7 +42,7 @@ class Job:
 
     def result(self, rank: int = 0, timeout_s: float = 120.0) -> dict[str, Any]:
         path = self.run.root / f"probe_rank{rank}.json"
-        deadline = time.monotonic() + timeout_s
+        deadline = deadline_in(timeout_s)
         while not path.exists():
             assert self.launched.proc.poll() is None or path.exists(), self.launched.launcher_log.read_text()
             assert time.monotonic() < deadline, "the probe wrote nothing"
@@ -114,7 +115,7 @@ def _processes_with(token: str) -> list[int]:
 
 
 def _gone(token: str, timeout_s: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout_s
+    deadline = deadline_in(timeout_s)
     while _processes_with(token):
         if time.monotonic() > deadline:
             return False

@@ -15,6 +15,7 @@ import httpx
 
 from api.app import create_app
 from core.settings import Settings
+from tests.support.deadlines import deadline_in
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,7 +39,7 @@ def test_rankzero_api_creates_owner_only_files_under_a_lax_umask(tmp_path: Path)
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=lambda: os.umask(0o022),
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
+        deadline = deadline_in(60)
         while time.monotonic() < deadline:
             try:
                 if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=1).status_code == 200:

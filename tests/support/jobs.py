@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.support.deadlines import deadline_in
+
 TERMINAL = {"succeeded", "failed", "cancelled"}
 USER_CODE = "tests.support.slow_model"  # RANKZERO_ALLOWED_CODE of the fault tests' API
 
@@ -64,7 +66,7 @@ def seconds(name: str, default: float) -> float:
 
 def wait(cond: Callable[[], Any], timeout: float, what: str, every: float = 0.1) -> Any:
     """Poll `cond` until it returns something truthy (and return that), or fail after `timeout` s."""
-    deadline = time.monotonic() + timeout
+    deadline = deadline_in(timeout)
     while True:
         value = cond()
         if value:

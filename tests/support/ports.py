@@ -5,6 +5,8 @@ from __future__ import annotations
 import socket
 import time
 
+from tests.support.deadlines import deadline_in
+
 
 def free_port() -> int:
     """A port nothing listens on now, on 127.0.0.1."""
@@ -15,7 +17,7 @@ def free_port() -> int:
 
 def wait_port(port: int, up: bool, timeout: float) -> None:
     """Wait until 127.0.0.1:`port` accepts connections (`up`) or refuses them (not `up`)."""
-    deadline = time.monotonic() + timeout
+    deadline = deadline_in(timeout)
     while time.monotonic() < deadline:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):

@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.deadlines import deadline_in
+
 MARKER_ENV = "RANKZERO_TEST_RUN"
 JOB_MARK_ENV = "RANKZERO_JOB_MARK"
 
@@ -99,7 +101,7 @@ def ranks(marker: str, job_id: int, attempt: int | None = None) -> dict[int, int
 
 
 def wait_ranks(marker: str, job_id: int, n: int, attempt: int | None = None, timeout: float = 60) -> dict[int, int]:
-    deadline = time.monotonic() + timeout
+    deadline = deadline_in(timeout)
     while True:
         found = ranks(marker, job_id, attempt)
         if len(found) >= n:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.deadlines import deadline_in
 from tests.support.ports import free_port, wait_port
 
 
@@ -98,7 +99,7 @@ class PgCluster:
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.workdir, **self._as_owner(),  # type: ignore[arg-type]
             )  # fmt: skip
         wait_port(self.port, True, 30)
-        deadline = time.monotonic() + 30
+        deadline = deadline_in(30)
         import psycopg
 
         while True:  # the port opens before the server accepts queries

@@ -29,6 +29,7 @@ import httpx
 import pytest
 
 from tests.support.commands import CELERY, RANKZERO, ROOT
+from tests.support.deadlines import deadline_in
 from tests.support.jobs import TERMINAL
 from tests.support.ports import free_port
 from tests.support.procs import MARKER_ENV, end_everything, new_marker, stop_group
@@ -54,7 +55,7 @@ def live_api() -> Iterator[Callable[..., str]]:
         thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
         thread.start()
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
+        deadline = deadline_in(20)
         while time.monotonic() < deadline:
             try:
                 if httpx.get(f"{base}/api/health", timeout=1).status_code == 200:
@@ -91,7 +92,7 @@ class Client:
     def wait(
         self, job_id: int, until: Callable[[dict[str, Any]], bool], timeout: float, what: str = ""
     ) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
+        deadline = deadline_in(timeout)
         job = self.job(job_id)
         while not until(job):
             if time.monotonic() > deadline:
@@ -226,7 +227,7 @@ class WebService:
 
     def wait_healthy(self, timeout: float = 90) -> None:
         assert self.log is not None
-        deadline = time.monotonic() + timeout
+        deadline = deadline_in(timeout)
         while True:
             try:
                 if httpx.get(f"{self.base}/api/health", timeout=2).status_code == 200:

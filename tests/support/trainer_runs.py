@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from tests.support.commands import ROOT
+from tests.support.deadlines import deadline_in
 
 REPO = ROOT
 TRAINER_TESTS = ROOT / "tests" / "trainer"
@@ -131,7 +132,7 @@ def metric_series(events: list[dict[str, Any]], name: str) -> dict[int, float]:
 def wait_for_event(
     run_dir: Path, predicate, timeout: float = 90.0, proc: subprocess.Popen | None = None
 ) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
+    deadline = deadline_in(timeout)
     while time.monotonic() < deadline:
         for e in read_events(run_dir):
             if predicate(e):

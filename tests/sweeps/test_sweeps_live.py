@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.support.deadlines import deadline_in
 from tests.support.jobs import TERMINAL
 
 
@@ -31,7 +32,7 @@ def _job(**kw: Any) -> dict[str, Any]:
 
 
 def _wait_sweep(client: Any, sweep_id: int, until: Any, timeout: float, what: str) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
+    deadline = deadline_in(timeout)
     while True:
         detail = client.http.get(f"/sweeps/{sweep_id}").json()
         if until(detail):

@@ -15,6 +15,7 @@ import pytest
 from core import bundles
 from core.tables import JobStatus
 from tests.support.browser import shot
+from tests.support.deadlines import deadline_in
 from tests.support.rows import insert_job
 from tests.support.services import WebService
 
@@ -52,7 +53,7 @@ def sdk_job(web_service: WebService, tmp_path_factory: pytest.TempPathFactory) -
             "nproc": 2, "device": "cpu"}  # fmt: skip
     with web_service.client() as client:
         job = client.post("/api/jobs", json=spec).raise_for_status().json()
-        deadline = time.monotonic() + RUN_TIMEOUT_S
+        deadline = deadline_in(RUN_TIMEOUT_S)
         while job["status"] not in ("succeeded", "failed", "cancelled"):
             assert time.monotonic() < deadline, f"the script job did not finish in {RUN_TIMEOUT_S} s: {job}"
             time.sleep(0.5)
