@@ -60,3 +60,34 @@ def test_a_viewer_is_offered_no_new_job(new_page, web_service) -> None:
     page = _sign_in(new_page, web_service, made.json()["token"]["token"])
     assert page.locator(".topbar .whoami").inner_text() == f"{name} · viewer"
     assert page.get_by_role("link", name="New job").count() == 0
+
+
+def test_a_member_is_offered_a_sweeps_actions_on_her_own_sweep_only_and_no_drain(new_page, web_service, db) -> None:
+    """Issue 37: the sweep page showed "Train the best longer" to everyone and the Hosts page "Drain…" to
+    members; both answered 403. The pages read the one table (core/permissions.py) through `data-may`."""
+    from core.sweeps import store
+    from core.sweeps.space import SweepSpec
+    from tests.support.jobs import fake_spec
+
+    name = f"sam{uuid.uuid4().hex[:6]}"
+    with web_service.client() as admin:
+        made = admin.post("/api/users", json={"name": name, "role": "member"})
+        assert made.status_code == 201, made.text
+    spec = SweepSpec.model_validate(
+        {"name": "btn", "job": fake_spec("btn"), "parameters": {"optimizer.lr": {"choice": [0.1]}}}
+    )
+    ids = {}
+    for who, owner in (("admin", 1), ("mine", made.json()["user"]["id"])):
+        row = store.create(db, spec, "default", owner_id=owner)
+        store.set_status(db, int(row.id or 0), "paused", ("running",))  # no trials: nothing runs
+        db.commit()
+        ids[who] = row.id
+    page = _sign_in(new_page, web_service, made.json()["token"]["token"])
+    for who, offered in (("admin", False), ("mine", True)):
+        page.goto(f"{web_service.base}/sweeps/{ids[who]}")
+        page.wait_for_function("!document.querySelector('#sweep-actions').hidden")  # rendered
+        assert page.locator("#sweep-extend").is_visible() is offered, who
+        assert page.locator("#sweep-resume").is_visible() is offered, who
+    page.goto(f"{web_service.base}/hosts")
+    page.wait_for_selector("#hosts-body tr")
+    assert page.locator("button[data-action=drain], button[data-action=undrain]").count() == 0
