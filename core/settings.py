@@ -234,6 +234,26 @@ class Settings(BaseSettings):
         description="sbatch --time of every job (minutes); a job checkpoints and requeues "
         "itself before it runs out (slurm_signal_margin_s).",
     )
+    slurm_max_time_limit_min: int | None = Field(
+        None,
+        ge=1,
+        le=525_600,
+        description="The longest --time a job of the pool may ask for (spec slurm.time_limit_min, minutes); "
+        "default: slurm_time_limit_min (a job may ask for less, not more).",
+    )
+    slurm_partitions: str = Field(
+        "",
+        max_length=2000,
+        pattern=r"^[A-Za-z0-9._, -]*$",
+        description="Partitions a job of the pool may ask for (spec slurm.partition), separated by commas; "
+        "slurm_partition is always allowed.",
+    )
+    slurm_port_range: str = Field(
+        "20000-39999",
+        pattern=r"^\d{1,5}-\d{1,5}$",
+        description="The ports the ranks' rendezvous (MASTER_PORT) is drawn from, 'LOW-HIGH': what the site's "
+        "firewall opens between compute nodes.",
+    )
     slurm_signal_margin_s: int = Field(
         180,
         ge=30,
@@ -515,6 +535,14 @@ class Settings(BaseSettings):
         description="A new job whose requirements another job resolved this recently takes that job's lock (no "
         "resolution, a cached start); 0 resolves every new job afresh.",
     )
+
+    @field_validator("slurm_port_range")
+    @classmethod
+    def _port_range(cls, v: str) -> str:
+        low, high = (int(x) for x in v.split("-"))
+        if not 1024 <= low <= high <= 65535:
+            raise ValueError(f"slurm_port_range {v!r}: give LOW-HIGH with 1024 ≤ LOW ≤ HIGH ≤ 65535")
+        return v
 
     @field_validator("slurm_sbatch_options")
     @classmethod

@@ -203,6 +203,19 @@ def check_requirement(text: str) -> str:
     return line
 
 
+class SlurmSpec(StrictModel):
+    """A job's own Slurm settings, within its pool's bounds (a Slurm pool only; docs/slurm.md "Per-job settings")."""
+
+    time_limit_min: int | None = Field(
+        None, ge=1, le=525_600, description="sbatch --time for this job (minutes), at most the pool's maximum "
+        "(RANKZERO_SLURM_MAX_TIME_LIMIT_MIN); default: the pool's RANKZERO_SLURM_TIME_LIMIT_MIN.",
+    )  # fmt: skip
+    partition: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", description="sbatch --partition for this job: one the "
+        "pool allows (RANKZERO_SLURM_PARTITIONS); default: the pool's RANKZERO_SLURM_PARTITION.",
+    )  # fmt: skip
+
+
 class EnvironmentSpec(StrictModel):
     """The job's own Python packages, built once per host into an environment layered over the service's."""
 
@@ -499,6 +512,10 @@ class JobSpec(StrictModel):
         "a list; built once per host into a cached environment (docs/your-code.md 'Bring your own packages').",
     )
 
+    slurm: SlurmSpec | None = Field(
+        None, description="Slurm settings of this job within its pool's bounds (time limit, partition); a job of a "
+        "Slurm pool only (docs/slurm.md).",
+    )  # fmt: skip
     console_metrics: ConsoleMetricsSpec | None = Field(
         None,
         description="A script job's metrics and progress from its console (rank 0's stdout/stderr): the default "

@@ -37,6 +37,7 @@ from worker.launch_command import job_env, rank_env
 from worker.script_jobs import entrypoint_values, script_job_env, script_workdir
 from worker.slurm import commands, rows, stops
 from worker.slurm import environment as slurm_environment
+from worker.slurm.bounds import OutOfBounds, job_bounds, port_range
 from worker.slurm.endings import ending, gpus_per_node, nice_for, stopped_resumably
 from worker.slurm.prepare import BASE_SPEC
 from worker.slurm.rank import LAUNCH_FILE
@@ -148,6 +149,10 @@ class Agent:
             jobs.finish(self.engine, job_id, S.failed, detail="preparing the environment failed", attempt=attempt,
                         error=str(exc)[:20000])  # fmt: skip
             return
+        except OutOfBounds as exc:  # asked for more than its pool allows: the job's error says what to change
+            jobs.finish(self.engine, job_id, S.failed, detail="outside its pool's Slurm bounds", attempt=attempt,
+                        error=str(exc)[:4000])  # fmt: skip
+            return
         except (ValueError, OSError, commands.SlurmError, bundles.BundleUnavailable) as exc:
             error = f"Slurm did not take the job: {exc}"
             jobs.finish(self.engine, job_id, S.failed, detail="sbatch refused", attempt=attempt, error=error[:4000])
@@ -163,6 +168,8 @@ class Agent:
         dir; the script's path and what the timeline says of the environment."""
         spec = JobSpec.model_validate(raw_spec)
         s = self.settings
+        bounds = job_bounds(spec.slurm, s)  # the job's own limit and partition, within the pool's (ValueError)
+        port_base, port_span = port_range(s)
         local = RunDir(job_run_dir(self.runs_dir, job_id))
         remote = RunDir(job_run_dir(self.compute_runs_dir, job_id))
         for folder in (local.root, local.logs, local.checkpoints, local.tensorboard):
@@ -189,8 +196,9 @@ class Agent:
             pool=self.pool, job_id=job_id, first_attempt=attempt, run_root=remote.root,
             python=own.python if own is not None else s.slurm_python or sys.executable,
             nnodes=spec.nnodes, ntasks_per_node=spec.nproc, gpus_per_node=gpus_per_node(spec, s),
-            partition=s.slurm_partition, account=s.slurm_account, qos=s.slurm_qos,
-            time_limit_min=s.slurm_time_limit_min, signal_margin_s=s.slurm_signal_margin_s,
+            partition=bounds.partition, account=s.slurm_account, qos=s.slurm_qos,
+            time_limit_min=bounds.time_limit_min, signal_margin_s=s.slurm_signal_margin_s,
+            port_base=port_base, port_span=port_span,
             nice=nice_for(priority) if s.slurm_nice_for_priority else None,
             extra_options=tuple(s.slurm_sbatch_options.split()), env=env, script=spec.is_script,
         )  # fmt: skip

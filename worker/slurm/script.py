@@ -67,6 +67,8 @@ class BatchJob:
     # After the first rank exits, the others get this long before srun ends them (`--wait`). Not
     # --kill-on-bad-exit: a rank that checkpointed and exited 75 would have its peers killed mid-checkpoint.
     rank_exit_wait_s: int = 120
+    port_base: int = PORT_BASE  # MASTER_PORT is drawn from [port_base, port_base + port_span): the site's firewall
+    port_span: int = PORT_SPAN
 
     def check(self) -> None:  # noqa: C901 (one test per field, in order)
         """Raise ValueError naming the first field that cannot go into a batch script."""
@@ -83,6 +85,8 @@ class BatchJob:
             raise ValueError("time_limit_min must be 1..525600 (a year)")
         if not 1 <= self.rank_exit_wait_s <= 3600:
             raise ValueError("rank_exit_wait_s must be 1..3600")
+        if not (self.port_base >= 1024 and self.port_span >= 1 and self.port_base + self.port_span <= 65_536):
+            raise ValueError("the rendezvous port range must lie within 1024..65535")
         if not 10 <= self.signal_margin_s <= 65_535:  # Slurm's --signal takes at most 65535 s
             raise ValueError("signal_margin_s must be 10..65535")
         for name in self.env:
@@ -150,7 +154,8 @@ def render(job: BatchJob) -> str:
         'first_host=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         "MASTER_ADDR=$(scontrol show node \"$first_host\" -o | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p')",
         'export MASTER_ADDR="${MASTER_ADDR:-$first_host}"',
-        f"export MASTER_PORT=$(( {PORT_BASE} + (SLURM_JOB_ID * 8 + ${{SLURM_RESTART_COUNT:-0}}) % {PORT_SPAN} ))",
+        f"export MASTER_PORT=$(( {job.port_base} + (SLURM_JOB_ID * 8 + ${{SLURM_RESTART_COUNT:-0}}) "
+        f"% {job.port_span} ))",
         f'echo "rankzero: attempt $attempt of job {job.job_id} on $SLURM_JOB_NODELIST '
         '(restart ${SLURM_RESTART_COUNT:-0})"',
         " ".join(prepare) + " || exit $?",
