@@ -354,6 +354,10 @@ def prepare_follower(engine: Engine, settings: Settings, job_id: int, attempt: i
     resuming, fetches the newest checkpoint the store holds and points the built-in trainer at it, else the
     checkpoint the spec resumes from (resume_fetch.ResumeUnavailable when it cannot be provided here)."""
     if not uploads(settings):
+        if attempt == 1 and spec.get("resume_from"):  # node 0 may have a runs dir of its own: its path is not ours
+            spec = dict(spec)
+            resume_fetch.provide_in_spec(engine, settings, spec)
+            run_files.write_atomic(run.spec, json.dumps(spec, indent=2), run.root)
         return
     run.root.mkdir(parents=True, exist_ok=True)
     latest = None

@@ -163,3 +163,25 @@ def test_resume_and_extend_best_both_ways_between_a_shared_host_and_a_store_host
     trial_reference = reference_weights(extended_spec, tmp_path / "trial-reference")
     assert min(points(client, extended.json()["id"])) == 5
     _same_as(_final_weights(client, extended.json()["id"], 8), trial_reference, tmp_path, "extended")
+
+
+@pytest.mark.timeout(600)
+def test_a_two_node_resume_over_hosts_with_separate_runs_dirs_ends_exact(
+    service, workers, start_host, tmp_path: Path
+) -> None:
+    settings, client = service()
+    api_url = str(client.http.base_url).rstrip("/").removesuffix("/api")
+    start_host(settings, "host-a", 1)
+    own = {"RANKZERO_RUNS_DIR": str(tmp_path / "host-b-runs"), "RANKZERO_DATA_DIR": str(tmp_path / "host-b-data")}
+    start_host(settings, "host-b", 1, **own, RANKZERO_API_URL=api_url)
+    two = {"nproc": 1, "nnodes": 2}
+    source = client.submit({**_builtin("two-nodes", 4), **two})["id"]
+    done = client.wait_terminal(source, 240)
+    assert done["status"] == "succeeded", (done["error"], done["transitions"])
+    resumed = _resume(client, source, "two-nodes-resumed", max_steps=8)
+    done = client.wait_terminal(resumed, 240)
+    assert done["status"] == "succeeded", (done["error"], done["transitions"])
+    assert sorted(n["host"] for n in done["placement"]["nodes"]) == ["host-a", "host-b"]
+    assert min(points(client, resumed)) == 5
+    reference = reference_weights({**_builtin("ref", 8), "nproc": 2}, tmp_path / "reference")
+    _same_as(_final_weights(client, resumed, 8), reference, tmp_path, "two-nodes")
