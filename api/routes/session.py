@@ -22,7 +22,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from api.auth import bearer_principal, end_session, issue_session, session_csrf, session_of, token_matches
 from api.client_limits import FailureWindow, client_of, throttled_detail
 from api.routes.ui import SettingsDep, page
+from core.users import WORKER_ROLE
 
+WORKER_SIGN_IN = "That is a worker host's credential: it ships and fetches a worker's files, and signs no one in."
 router = APIRouter(include_in_schema=False)
 
 
@@ -76,6 +78,8 @@ def login(
     failures: FailureWindow = request.app.state.auth_failures
     client = client_of(request.scope)
     who = bearer_principal(token, settings) if token else None
+    if who is not None and who.role == WORKER_ROLE:  # a worker host's credential opens no dashboard (issue 34)
+        return page(request, "login.html", "", next=_safe_next(next), error=WORKER_SIGN_IN, status_code=403)
     if who is None:  # a right token signs in whatever others sent from this address (api/client_limits.py)
         wait = failures.retry_after(client, monotonic())
         if wait is not None:

@@ -228,3 +228,13 @@ def test_a_worker_credential_does_a_workers_work_only(team: Team) -> None:
     # A member cannot make one, nor be made one through the users' routes.
     assert team.clients["alice"].post("/api/workers", json={"host": "mine"}).status_code == 403
     assert team.admin.patch("/api/users/worker.walker", json={"role": "admin"}).status_code == 404
+
+
+def test_a_worker_credential_signs_no_one_in(team: Team) -> None:
+    token = team.admin.post("/api/workers", json={"host": "signer"}).json()["token"]
+    with TestClient(team.app) as browser:
+        r = browser.post(
+            "/login", data={"token": token}, headers={"Origin": "http://testserver"}, follow_redirects=False
+        )
+        assert r.status_code == 403 and "signs no one in" in r.text
+        assert "rankzero_session" not in r.cookies
