@@ -76,3 +76,19 @@ def test_sweep_trials_and_submits_racing_end_at_exactly_the_quota(service, add_u
         ).all()
     assert len(audited) == len(trials)
     assert all(e.actor == "alice" and e.action == "job.submit" for e in audited)
+
+
+def test_parallel_submits_of_two_users_end_at_exactly_the_servers_limit(service, add_user, database_url) -> None:
+    """RANKZERO_MAX_ACTIVE_JOBS is everyone's: near it each submit recounts under a server-wide lock."""
+    settings, admin = service(database_url=database_url, max_active_jobs=QUOTA)
+    _, alice = add_user(admin, "alice")
+    _, bob = add_user(admin, "bob")
+
+    def submit(i: int) -> int:
+        return (alice if i % 2 else bob).http.post("/jobs", json=fake_spec(f"m{i}")).status_code
+
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        codes = list(pool.map(submit, range(PARALLEL)))
+    assert sorted(codes) == [201] * QUOTA + [429] * (PARALLEL - QUOTA), codes
+    with Session(get_engine(settings.resolved_database_url)) as s:
+        assert len(s.exec(select(Job)).all()) == QUOTA
