@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from core.resume import extend_refusal
 from core.sweeps.decide import TrialView, best
 from core.sweeps.space import SweepSpec, total_trials
 from core.tables import Job, JobStatus, Sweep, SweepTrial
@@ -41,6 +42,9 @@ class SweepPublic(BaseModel):
     best_job_id: int | None
     best_value: float | None
     owner_id: int | None = Field(None, description="The user who started it (her trials are her jobs).")
+    extend_refusal: str | None = Field(
+        None, description="Why its best trial cannot be trained longer (extend-best); null: it can."
+    )
 
     @classmethod
     def of(cls, row: Sweep, views: list[TrialView] | None = None) -> SweepPublic:
@@ -61,6 +65,7 @@ class SweepPublic(BaseModel):
             best_job_id=winner.job_id if winner else None,
             best_value=winner.final if winner else None,
             owner_id=row.owner_id,
+            extend_refusal=extend_refusal(spec.job),
         )
 
 

@@ -97,6 +97,8 @@ def _show(detail: dict[str, Any]) -> None:
     )
     if detail.get("note"):
         console.print(views.text(detail["note"]), soft_wrap=True)
+    if detail.get("extend_refusal"):  # a script sweep without a length param: say why extend is not offered
+        console.print(views.text(f"`rankzero sweep extend` is not offered: {detail['extend_refusal']}"), soft_wrap=True)
     table = trials_table(detail)
     console.print(table)
 

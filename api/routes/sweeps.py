@@ -17,7 +17,7 @@ from api.models_sweeps import SweepDetail, SweepPage, SweepPublic
 from api.routes.jobs import check_priority_ceiling
 from core import audit, jobs, quota_gate
 from core.artifacts import keys
-from core.resume import resume_spec
+from core.resume import longer_script_spec, resume_spec
 from core.settings import Settings
 from core.sweeps import store
 from core.sweeps.space import SweepSpec, _probe_points, trial_spec
@@ -156,7 +156,11 @@ def resume_sweep(sweep_id: SweepId, session: SessionDep, who: CurrentUser) -> Sw
 
 class Extend(BaseModel):
     max_steps: int | None = Field(
-        None, ge=1, le=1_000_000_000, description="Train to this step (default: twice as long)."
+        None,
+        ge=1,
+        le=1_000_000_000,
+        description="Train to this step (default: twice as long; a script: its length param, e.g. params.steps, "
+        "is set to it).",
     )
 
 
@@ -186,10 +190,18 @@ def extend_best(
     may_change_job(who, job.owner_id, int(job.id or 0), "job.resume")  # a resume's rule, as POST /api/jobs's
     check_priority_ceiling(session, who, int(job.spec.get("priority") or 0))
     at = keys.job_key(int(job.id or 0), newest.path)  # its key: wherever the trial ran, never a host's path
-    longer = body.max_steps or max(newest.step + 1, 2 * (job.total_steps or newest.step))
-    spec, _ = resume_spec(
-        job.spec, total_steps=job.total_steps, checkpoint_step=newest.step, resume_from=at, max_steps=longer
-    )
+    if job.spec.get("entrypoint"):  # a script's length is its own: raised through its length param, if it has one
+        template = SweepSpec.model_validate(row.spec).job
+        try:
+            spec, _ = longer_script_spec(template, job.spec, checkpoint_step=newest.step, resume_from=at,
+                                         steps=body.max_steps)  # fmt: skip
+        except ValueError as exc:
+            raise HTTPException(status.HTTP_409_CONFLICT, f"the best trial cannot be trained longer: {exc}") from None
+    else:
+        longer = body.max_steps or max(newest.step + 1, 2 * (job.total_steps or newest.step))
+        spec, _ = resume_spec(
+            job.spec, total_steps=job.total_steps, checkpoint_step=newest.step, resume_from=at, max_steps=longer
+        )
     try:
         checked = submit_policy.apply(JobSpec.model_validate(spec), settings)
     except submit_policy.SpecRefused as exc:

@@ -8,7 +8,9 @@ from pathlib import PurePosixPath
 import pytest
 
 from core.artifacts import keys
+from core.resume import extend_refusal, longer_script_spec, script_length_param
 from core.resume_source import decide, key_job, resume_key
+from trainer.spec import JobSpec
 
 RUNS = PurePosixPath("/srv/rankzero/runs")
 REAL = PurePosixPath("/mnt/nfs/runs")  # the same runs dir, resolved
@@ -84,3 +86,41 @@ def test_what_a_worker_does_to_provide_a_checkpoint(
     assert words in decision.reason
     if action == "fail":
         assert KEY in decision.reason  # it names the checkpoint
+
+
+SCRIPT = {"entrypoint": "train.py --steps ${params.steps} --lr ${params.lr}", "params": {"steps": 8, "lr": 0.1}}
+
+
+@pytest.mark.parametrize(
+    ("template", "param"),
+    [
+        (SCRIPT, "steps"),
+        ({"entrypoint": "train.py", "params": {"max_steps": 50}}, "max_steps"),  # read by rankzero.params()
+        ({"entrypoint": "train.py --epochs 3", "params": {"lr": 0.1}}, None),
+        ({"entrypoint": "train.py --steps 8"}, None),
+        ({"model": {"name": "mlp"}, "max_steps": 8}, None),  # the built-in trainer: max_steps, no param needed
+    ],
+)
+def test_a_script_sweeps_length_param(template: dict, param: str | None) -> None:
+    assert script_length_param(template) == param
+    refused = extend_refusal(template)
+    assert (refused is None) == (param is not None or "entrypoint" not in template)
+    if refused is not None:
+        assert "params.steps" in refused  # it says what to do
+
+
+@pytest.mark.parametrize(
+    ("steps", "target"),
+    [(None, 16), (20, 20), (4, None), (3, None)],  # default: twice its own length; not past the checkpoint: refused
+)
+def test_a_script_trial_trained_longer_raises_its_length_param(steps: int | None, target: int | None) -> None:
+    trial = {"name": "t", "entrypoint": "train.py --steps 8 --lr 0.1", "params": {"steps": 8, "lr": 0.1}}
+    if target is None:
+        with pytest.raises(ValueError, match="0 steps"):
+            longer_script_spec(SCRIPT, trial, checkpoint_step=4, resume_from="job_3/checkpoints/x.pt", steps=steps)
+        return
+    spec, note = longer_script_spec(SCRIPT, trial, checkpoint_step=4, resume_from="job_3/checkpoints/x.pt", steps=steps)
+    assert spec["params"] == {"steps": target, "lr": 0.1} and spec["resume_from"] == "job_3/checkpoints/x.pt"
+    checked = JobSpec.model_validate({**spec, "device": "cpu", "code": "sha256:" + "a" * 64})
+    assert checked.entrypoint == f"train.py --steps {target} --lr 0.1"
+    assert f"to {target:,}" in note

@@ -1362,7 +1362,7 @@ export interface components {
         Extend: {
             /**
              * Max Steps
-             * @description Train to this step (default: twice as long).
+             * @description Train to this step (default: twice as long; a script: its length param, e.g. params.steps, is set to it).
              */
             max_steps?: number | null;
         };
@@ -1979,6 +1979,8 @@ export interface components {
              * @default 0
              */
             seed: number;
+            /** @description Slurm settings of this job within its pool's bounds (time limit, partition); a job of a Slurm pool only (docs/slurm.md). */
+            slurm?: components["schemas"]["SlurmSpec"] | null;
             /**
              * Stall Timeout S
              * @description Fail (or restart) the job when no event arrives for this long.
@@ -2518,6 +2520,22 @@ export interface components {
             state: string;
         };
         /**
+         * SlurmSpec
+         * @description A job's own Slurm settings, within its pool's bounds (a Slurm pool only; docs/slurm.md "Per-job settings").
+         */
+        SlurmSpec: {
+            /**
+             * Partition
+             * @description sbatch --partition for this job: one the pool allows (RANKZERO_SLURM_PARTITIONS); default: the pool's RANKZERO_SLURM_PARTITION.
+             */
+            partition?: string | null;
+            /**
+             * Time Limit Min
+             * @description sbatch --time for this job (minutes), at most the pool's maximum (RANKZERO_SLURM_MAX_TIME_LIMIT_MIN); default: the pool's RANKZERO_SLURM_TIME_LIMIT_MIN.
+             */
+            time_limit_min?: number | null;
+        };
+        /**
          * StateSets
          * @description Job states by what they mean, each in lifecycle order (core/job_state.py is their one home).
          */
@@ -2574,6 +2592,11 @@ export interface components {
              * Format: date-time
              */
             created_at: string;
+            /**
+             * Extend Refusal
+             * @description Why its best trial cannot be trained longer (extend-best); null: it can.
+             */
+            extend_refusal?: string | null;
             /** Finished At */
             finished_at: string | null;
             /** Goal */
@@ -2636,6 +2659,11 @@ export interface components {
              * Format: date-time
              */
             created_at: string;
+            /**
+             * Extend Refusal
+             * @description Why its best trial cannot be trained longer (extend-best); null: it can.
+             */
+            extend_refusal?: string | null;
             /** Finished At */
             finished_at: string | null;
             /** Goal */

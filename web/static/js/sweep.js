@@ -230,7 +230,15 @@ function renderHead(d) {
   /** @type {HTMLButtonElement} */ ($("#sweep-resume")).hidden = d.status !== "paused" || !may("sweep.pause", owner);
   /** @type {HTMLButtonElement} */ ($("#sweep-cancel")).hidden = (d.status !== "running" && d.status !== "paused") || !may("sweep.cancel", owner);
   /** @type {HTMLButtonElement} */ ($("#sweep-extend")).hidden = !may("sweep.extend", owner);
-  /** @type {HTMLButtonElement} */ ($("#sweep-extend")).disabled = !d.best_job_id;
+  const extend = /** @type {HTMLButtonElement} */ ($("#sweep-extend"));
+  // A script's length is its own: without a length param (params.steps) it cannot be trained longer; say why.
+  extend.disabled = !d.best_job_id || !!d.extend_refusal;
+  extend.title = d.extend_refusal
+    ? `Not offered: ${d.extend_refusal}`
+    : "Resume the best trial from its newest checkpoint for twice as long";
+  const note = /** @type {HTMLElement} */ ($("#sweep-extend-note"));
+  note.hidden = !d.extend_refusal || extend.hidden;
+  note.textContent = d.extend_refusal ? `"Train the best longer" is not offered: ${d.extend_refusal}.` : "";
 }
 
 async function loadSweep() {
