@@ -67,9 +67,7 @@ def unit_of(node_id: str, group: str | None) -> str:
     return group if group is not None else node_id
 
 
-def order_units(
-    units: Sequence[tuple[str, str, bool]], durations: Mapping[str, float]
-) -> list[str]:
+def order_units(units: Sequence[tuple[str, str, bool]], durations: Mapping[str, float]) -> list[str]:
     """Test ids in the order to hand them out: units (`(node_id, unit, slow)` in collection order) longest
     first, each unit's tests kept together and in their own order. Ties keep collection order."""
     cost: dict[str, float] = defaultdict(float)
