@@ -188,13 +188,23 @@ def hosts(
     url: UrlOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """The hosts jobs are placed on: free GPUs or slots, what runs where, when each was last seen.
+    """The hosts jobs are placed on: free GPUs or slots, their storage, what runs where, when each was last seen.
     `rankzero hosts drain HOST`: nothing new goes there and its jobs checkpoint and move; `undrain HOST`."""
     if action is not None:
         _drain_command(action, host, note, client_for(url, token))
         return
-    rows = call(lambda: client_for(url, token).get("/hosts"))
-    console.print(views.hosts_table(rows) if rows else views.text("(no host has registered: start a worker)"))
+    client = client_for(url, token)
+    rows = call(lambda: client.get("/hosts"))
+    store = _store_or_none(client) if rows else None  # where a `store` host's files go
+    console.print(views.hosts_table(rows, store) if rows else views.text("(no host has registered: start a worker)"))
+
+
+def _store_or_none(client: Api) -> dict[str, Any] | None:
+    """The API's artifact store (disk or S3); None from an API too old to say (the column then says less)."""
+    try:
+        return client.get("/artifacts/storage")
+    except CliError:
+        return None
 
 
 def _drain_command(action: str, host: str | None, note: str | None, client: Api) -> None:

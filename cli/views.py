@@ -205,7 +205,18 @@ def placement_rows(job: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def hosts_table(hosts: list[dict[str, Any]]) -> Table:
+def host_storage(host: dict[str, Any], store: dict[str, Any] | None) -> str:
+    """Where a host's job files are: the API's runs dir itself, or uploaded to the API's store (its disk or S3)."""
+    kind = host.get("storage")
+    if kind == "shared":
+        return "shared runs dir"
+    if kind == "store":
+        where = (store or {}).get("kind")
+        return {"s3": "API store (S3)", "disk": "API store (its disk)"}.get(str(where), "API store")
+    return "own runs dir, cannot upload"
+
+
+def hosts_table(hosts: list[dict[str, Any]], store: dict[str, Any] | None = None) -> Table:
     from rich import box
     from rich.table import Table
 
@@ -213,6 +224,7 @@ def hosts_table(hosts: list[dict[str, Any]]) -> Table:
     table.add_column("host", no_wrap=True)
     table.add_column("state", no_wrap=True)
     table.add_column("free", no_wrap=True)
+    table.add_column("storage", no_wrap=True)
     table.add_column("jobs", overflow="fold")
     table.add_column("last seen", no_wrap=True)
     for h in hosts:
@@ -223,7 +235,8 @@ def hosts_table(hosts: list[dict[str, Any]]) -> Table:
         state = "draining" if h["draining"] else ("alive" if h["alive"] else "dead")
         jobs = ", ".join(f"{j['id']} {j['name']}" + (f" (node {j['node_rank']})" if j["node_rank"] else "")
                          for j in h["jobs"])  # fmt: skip
-        table.add_row(text(h["name"]), text(state, "" if h["alive"] else "dim"), text(free), text(jobs or "-"),
+        table.add_row(text(h["name"]), text(state, "" if h["alive"] else "dim"), text(free),
+                      text(host_storage(h, store)), text(jobs or "-"),
                       text(local_time(h["last_seen"], short=True)))  # fmt: skip
     return table
 

@@ -90,13 +90,14 @@ def test_hosts_table_shows_free_capacity_state_and_jobs() -> None:
         {"name": "gpu-a", "gpus": ["0", "1"], "free_gpus": ["1"], "cpu_slots": 8, "free_slots": 8, "draining": False,
          "alive": True, "jobs": [{"id": 7, "name": "ddp", "node_rank": 1}], "last_seen": "2026-01-01T00:00:00Z"},
         {"name": "cpu-b", "gpus": [], "free_gpus": [], "cpu_slots": 4, "free_slots": 3, "draining": True,
-         "alive": True, "jobs": [], "last_seen": "2026-01-01T00:00:00Z"},
+         "alive": True, "jobs": [], "last_seen": "2026-01-01T00:00:00Z", "storage": "store"},
     ]  # fmt: skip
-    console = Console(width=80, record=True)
-    console.print(views.hosts_table(hosts))
+    console = Console(width=100, record=True)
+    console.print(views.hosts_table(hosts, {"kind": "s3", "where": "s3://b/p"}))
     out = console.export_text()
     assert "1/2 GPUs" in out and "7 ddp (node 1)" in out
     assert "3/4 slots" in out and "draining" in out
+    assert "API store (S3)" in out  # each host's storage: cpu-b uploads to the API's S3 store
     assert "last seen" in out.splitlines()[1]  # the header, under a blank line
 
 
