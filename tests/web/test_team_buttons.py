@@ -91,3 +91,30 @@ def test_a_member_is_offered_a_sweeps_actions_on_her_own_sweep_only_and_no_drain
     page.goto(f"{web_service.base}/hosts")
     page.wait_for_selector("#hosts-body tr")
     assert page.locator("button[data-action=drain], button[data-action=undrain]").count() == 0
+
+
+def test_the_team_page_gives_a_worker_host_its_credential_and_revokes_it(new_page, web_service) -> None:
+    """Issue 34 part 4 on the Team page: an admin adds a host's own credential (shown once), sees its last
+    use, and revokes it; the revoked credential is refused at once."""
+    import httpx
+
+    host = f"h{uuid.uuid4().hex[:6]}"
+    page = new_page()
+    page.goto(f"{web_service.base}/admin")
+    page.fill("#new-worker-host", host)
+    page.click("#add-worker button[type=submit]")
+    page.wait_for_selector("#new-worker-token:not([hidden])")
+    token = page.locator("#new-worker-token-value").inner_text().strip()
+    me = httpx.get(f"{web_service.base}/api/workers/me", headers={"Authorization": f"Bearer {token}"})
+    assert me.json() == {"host": host}
+    row = page.locator(f"#workers-body tr[data-worker-host='{host}']")
+    assert row.is_visible()
+    page.on("dialog", lambda dialog: dialog.accept())
+    row.get_by_role("button", name=f"Revoke the credential of host {host}").click()
+    page.wait_for_function(
+        "h => document.querySelector(`#workers-body tr[data-worker-host='${h}']`).textContent.includes('revoked')",
+        arg=host,
+    )
+    assert (
+        httpx.get(f"{web_service.base}/api/workers/me", headers={"Authorization": f"Bearer {token}"}).status_code == 401
+    )

@@ -1,7 +1,8 @@
 // @ts-check
 // Team (admins): the users (role, quotas: "default" where the member default applies), each user's
 // tokens (revoke ends the dashboard sessions opened with it), adding a user (her first token is shown
-// once), and the audit log (GET /api/audit, newest first, "Older" pages back by id).
+// once), the worker hosts' own credentials (issue 34: add one, shown once; revoke one), and the audit log
+// (GET /api/audit, newest first, "Older" pages back by id).
 import { api, ApiError } from "./api.js";
 import { $, h, setText } from "./dom.js";
 import { fmtAgo } from "./format.js";
@@ -9,6 +10,7 @@ import { fmtAgo } from "./format.js";
 /** @typedef {import("../../types/api").components["schemas"]["UserPublic"]} UserPublic */
 /** @typedef {import("../../types/api").components["schemas"]["TokenPublic"]} TokenPublic */
 /** @typedef {import("../../types/api").components["schemas"]["AuditPublic"]} AuditPublic */
+/** @typedef {import("../../types/api").components["schemas"]["WorkerPublic"]} WorkerPublic */
 
 const AUDIT_PAGE = 100;
 /** @type {number | null} */
@@ -43,6 +45,7 @@ function userRow(user, tokens) {
     h("td", { class: "num", dataset: { label: "GPUs" } }, limit(user.max_gpus, user.role)),
     h("td", { class: "num", dataset: { label: "CPU slots" } }, limit(user.max_cpu_slots, user.role)),
     h("td", { class: "num", dataset: { label: "Queued" } }, limit(user.max_queued, user.role)),
+    h("td", { class: "num", dataset: { label: "Priority ceiling" } }, limit(user.max_priority, user.role)),
     h("td", { dataset: { label: "Tokens" } }, tokens.length
       ? h("ul", { class: "token-list" }, ...tokens.map(tokenItem))
       : h("span", { class: "muted" }, "server token only")));
@@ -53,6 +56,51 @@ async function loadUsers() {
   const users = await api("/users");
   const tokens = await Promise.all(users.map((u) => api(`/users/${encodeURIComponent(u.name)}/tokens`)));
   $("#users-body").replaceChildren(...users.map((u, i) => userRow(u, tokens[i])));
+}
+
+/** @param {WorkerPublic} w */
+function workerRow(w) {
+  const action = w.revoked_at
+    ? h("span", { class: "muted" }, `revoked ${fmtAgo(w.revoked_at)}`)
+    : h("button", { type: "button", class: "btn btn-small btn-danger", dataset: { revokeHost: w.host },
+      "aria-label": `Revoke the credential of host ${w.host}` }, "Revoke");
+  return h("tr", { dataset: { workerHost: w.host } },
+    h("td", { dataset: { label: "Host" } }, h("strong", {}, w.host)),
+    h("td", { dataset: { label: "Created" } }, w.created_at ? fmtAgo(w.created_at) : ""),
+    h("td", { dataset: { label: "Last used" } }, w.last_used_at ? fmtAgo(w.last_used_at) : "never"),
+    h("td", {}, action));
+}
+
+async function loadWorkers() {
+  /** @type {WorkerPublic[]} */
+  const workers = await api("/workers");
+  $("#workers-body").replaceChildren(...workers.map(workerRow));
+}
+
+async function addWorker(event) {
+  event.preventDefault();
+  const form = /** @type {HTMLFormElement} */ (event.currentTarget);
+  try {
+    const made = await api("/workers", { method: "POST", body: { host: new FormData(form).get("host") } });
+    setText($("#new-worker-token-host"), made.host);
+    setText($("#new-worker-token-value"), made.token);
+    $("#new-worker-token").hidden = false;
+    form.reset();
+    await Promise.all([loadWorkers(), loadAudit(false)]);
+  } catch (err) {
+    say(err);
+  }
+}
+
+async function onWorkerClick(event) {
+  const host = /** @type {HTMLElement} */ (event.target).dataset.revokeHost;
+  if (!host || !confirm(`Revoke host ${host}'s credential? Its worker is refused from now on.`)) return;
+  try {
+    await api(`/workers/${encodeURIComponent(host)}/revoke`, { method: "POST" });
+    await Promise.all([loadWorkers(), loadAudit(false)]);
+  } catch (err) {
+    say(err);
+  }
 }
 
 /** @param {AuditPublic} e */
@@ -106,5 +154,7 @@ async function onClick(event) {
 
 $("#add-user").addEventListener("submit", addUser);
 $("#users-body").addEventListener("click", onClick);
+$("#add-worker").addEventListener("submit", addWorker);
+$("#workers-body").addEventListener("click", onWorkerClick);
 $("#audit-more").addEventListener("click", () => loadAudit(true).catch(say));
-Promise.all([loadUsers(), loadAudit(false)]).catch(say);
+Promise.all([loadUsers(), loadWorkers(), loadAudit(false)]).catch(say);
