@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
@@ -11,6 +12,8 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from core.settings_groups import DatabaseLimits, Retention, SpecLimits
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 MIN_TOKEN_CHARS = 32
@@ -37,36 +40,11 @@ SLURM_ALLOWED_OPTIONS = frozenset({
 })  # fmt: skip
 
 
-class Settings(BaseSettings):
+class Settings(DatabaseLimits, SpecLimits, Retention, BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RANKZERO_", extra="ignore", hide_input_in_errors=True)
 
     data_dir: Path = Field(Path.home() / ".rankzero", description="Where the embedded defaults keep their files.")
     database_url: str | None = Field(None, description="SQLAlchemy URL; default: SQLite file in the data dir.")
-    # --- PostgreSQL session limits (core/db.py; docs/reliability.md): no transaction outlives its holder ---
-    db_lock_timeout_s: float = Field(
-        5.0,
-        ge=0.1,
-        le=600,
-        description="PostgreSQL: a statement waiting this long for a row lock fails (retried, "
-        "or a 503 the client retries) instead of waiting on a frozen holder.",
-    )
-    db_idle_in_transaction_timeout_s: float = Field(
-        30.0,
-        ge=1,
-        le=3600,
-        description="PostgreSQL: the server ends a session idle this long inside a "
-        "transaction (a frozen or cut-off process), releasing its locks.",
-    )
-    db_statement_timeout_s: float = Field(
-        60.0, ge=1, le=3600, description="PostgreSQL: a statement running this long is cancelled (migrations excepted)."
-    )
-    db_keepalive_idle_s: int = Field(
-        10,
-        ge=1,
-        le=3600,
-        description="PostgreSQL: TCP keepalive probes after this many idle seconds (then every "
-        "5 s, 3 tries), so a connection across a cut link is found dead within about half a minute.",
-    )
     broker_url: str | None = Field(
         None, description="Celery broker URL; default: an embedded SQLite transport in the data dir."
     )
@@ -358,28 +336,6 @@ class Settings(BaseSettings):
         le=1 << 50,
         description="Size cap of this host's unpacked-bundle cache; past it the least recently used bundles no "
         "running attempt uses are removed.",
-    )
-    # --- what a job spec may ask for (api/submit_policy.py; docs/trainer.md "Limits") ---
-    datasets_dir: Path | None = Field(
-        None,
-        description="Folder data sets' root/path live under (relative ones resolve here); default <data_dir>/datasets.",
-    )
-    dataset_roots: str = Field(
-        "", description="Extra folders data sets may come from, separated by ':' or ','; empty: only the datasets dir."
-    )
-    max_cpu_ranks: int | None = Field(
-        None, ge=1, description="Most ranks (nproc) of a job that runs on CPU; default: the API host's CPU count."
-    )
-    max_num_workers: int = Field(8, ge=0, description="Most DataLoader workers per rank (data.num_workers).")
-    max_global_batch: int = Field(1_000_000, ge=1, description="Largest global batch (batch × accumulation × ranks).")
-    max_model_params: int = Field(
-        100_000_000, ge=1, description="Most parameters of a built-in model (from its args, checked at submit)."
-    )
-    max_data_elements: int = Field(
-        50_000_000, ge=1, description="Most numbers a generated (synthetic / fake) data set holds: samples × size."
-    )
-    max_active_jobs: int = Field(
-        100, ge=1, description="Most jobs queued or running at once; a submit past it is refused (429)."
     )
     # --- team (issue 23): members' default quotas and fair share (core/quotas.py, core/fair_share.py) ---
     quota_gpus: int = Field(
@@ -695,9 +651,13 @@ class Settings(BaseSettings):
         if self.api_token is not None:
             return self.api_token.get_secret_value()
         path = self.data_dir / "api_token"
-        if not path.exists():
+        if not path.exists():  # written whole, then linked: API processes sharing the data dir read one token
             self.ensure_data_dir()
-            write_private(path, secrets.token_urlsafe(32))
+            draft = path.with_name(f".api_token.{secrets.token_hex(6)}")
+            write_private(draft, secrets.token_urlsafe(32))
+            with contextlib.suppress(FileExistsError):  # another process linked its token first: read that one
+                os.link(draft, path)
+            draft.unlink()
         return check_token_strength(path.read_text(), source=str(path))
 
     def ensure_data_dir(self) -> Path:
