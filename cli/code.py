@@ -126,7 +126,9 @@ def _summary(folder: Path, info: dict[str, Any] | bundles.Packed) -> str:
 
     return (
         f"code: {folder} → {get('files'):,} files, {_mb(get('unpacked_bytes'))} "
-        f"({_mb(get('bytes'))} compressed), sha256:{get('sha256')[:12]}…  largest: {get('largest')}"
+        f"({_mb(get('bytes'))} compressed), largest: {get('largest')}\n"
+        # Whole: what a spec's `code` takes as it is (a shortened digest is refused; issue 35).
+        f"code: sha256:{get('sha256')}"
     )
 
 

@@ -26,9 +26,21 @@ def sweep(
     sweep_id: Annotated[int | None, typer.Argument(help="The sweep's id (with an action).")] = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
+    code: Annotated[
+        Path | None,
+        typer.Option(help="Pack this folder (as `rankzero submit --code`), upload it once: every trial runs with it."),
+    ] = None,
+    include: Annotated[
+        list[str] | None,
+        typer.Option("--include", help="With --code: upload paths matching this glob whatever the ignore files say."),
+    ] = None,
 ) -> None:
     """Start a sweep from FILE, or act on one: show ID (the trials table), cancel, pause, resume, extend (the best)."""
     client = client_for(url, token)
+    if (code is not None or include) and what in ACTIONS:
+        fail(f"--code and --include go with a sweep spec file, not `rankzero sweep {what}`", 2)
+    if include and code is None:
+        fail("--include chooses files of the --code folder: give --code DIR too", 2)
     if what in ACTIONS:
         if sweep_id is None:
             fail(f"`rankzero sweep {what}` needs the sweep's id", 2)
@@ -46,6 +58,14 @@ def sweep(
     from cli.spec_input import load_spec
 
     body = load_spec(Path(what))
+    if code is not None:  # the trials' job gets the bundle's ref, as submit's spec does
+        from cli.code import upload_code
+
+        job = body.get("job") if isinstance(body.get("job"), dict) else None
+        if job is None:
+            fail("--code needs the sweep spec's `job` (the base job spec every trial starts from)", 2)
+        else:
+            job["code"] = call(lambda: upload_code(client, code, console, job.get("entrypoint"), include or ()))
     row = call(lambda: client.post("/sweeps", json=body))
     console.print(
         Text.assemble(
