@@ -185,3 +185,25 @@ def test_a_two_node_resume_over_hosts_with_separate_runs_dirs_ends_exact(
     assert min(points(client, resumed)) == 5
     reference = reference_weights({**_builtin("ref", 8), "nproc": 2}, tmp_path / "reference")
     _same_as(_final_weights(client, resumed, 8), reference, tmp_path, "two-nodes")
+
+
+@pytest.mark.timeout(600)
+def test_a_checkpoint_only_in_s3_is_fetched_by_a_shared_host(service, workers, start_host, s3_server, tmp_path) -> None:
+    from tests.storage.conftest import BUCKET, S3_KEYS
+
+    settings, client = service(artifact_store=f"s3://{BUCKET}/rz", s3_endpoint_url=s3_server, **S3_KEYS)
+    api_url = str(client.http.base_url).rstrip("/").removesuffix("/api")
+    start_host(settings, "host-a", 2, RANKZERO_API_URL=api_url)  # shared; its URL fetches what only S3 holds
+    own = {"RANKZERO_RUNS_DIR": str(tmp_path / "host-b-runs"), "RANKZERO_DATA_DIR": str(tmp_path / "host-b-data")}
+    start_host(settings, "host-b", 2, **own, RANKZERO_API_URL=api_url)
+    _place_on(client, "host-b", "host-a")
+    source = client.submit(_builtin("in-s3", 4))["id"]
+    _succeeded_on(client, source, "host-b")
+    assert not (settings.resolved_runs_dir / f"job_{source}" / CKPT4).exists()  # S3 holds it, not the API's disk
+
+    _place_on(client, "host-a", "host-b")
+    resumed = _resume(client, source, "in-s3-resumed", max_steps=8)
+    _succeeded_on(client, resumed, "host-a")
+    assert min(points(client, resumed)) == 5
+    reference = reference_weights(_builtin("ref", 8), tmp_path / "reference")
+    _same_as(_final_weights(client, resumed, 8), reference, tmp_path, "s3")
