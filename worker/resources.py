@@ -132,6 +132,10 @@ def _rank_of(environ: bytes) -> int | None:
     pairs = (item.partition(b"=") for item in environ.split(b"\0") if b"=" in item)
     env = {name: value for name, _, value in pairs}
     if b"TORCHELASTIC_RUN_ID" not in env:
+        # A Slurm task (worker/slurm/rank.py sets RANK in os.environ only) is rank SLURM_PROCID; the batch shell and
+        # srun carry SLURM_PROCID too, but no SLURM_STEP_ID.
+        if b"SLURM_STEP_ID" in env and env.get(b"SLURM_PROCID", b"").isdigit():
+            return int(env[b"SLURM_PROCID"])
         return None
     try:
         return int(env[b"RANK"])

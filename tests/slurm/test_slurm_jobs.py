@@ -62,6 +62,10 @@ def test_builtin_two_ranks_ends_at_the_trainers_weights(agent: Agent, tmp_path: 
     assert (logs / "0" / "stderr.log").exists() and (logs / "1" / "stderr.log").exists()
     batch = (run_dir(agent.settings, job_id) / "logs" / "slurm_batch.log").read_text()
     assert "ranks exited 0" in batch
+    # CPU/memory samples per rank, as rankzero's own hosts record them (worker/slurm/samples.py).
+    with Session(agent.engine) as s:
+        names = set(s.exec(select(MetricPoint.name).where(MetricPoint.job_id == job_id)).all())
+    assert {"sys/rank0/rss_mb", "sys/rank1/rss_mb", "sys/rss_mb_total", "sys/rank0/cpu_percent"} <= names, names
 
 
 def _count(agent: Agent, model: Any, job_id: int) -> int:

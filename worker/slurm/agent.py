@@ -41,6 +41,7 @@ from worker.slurm.bounds import OutOfBounds, job_bounds, port_range
 from worker.slurm.endings import ending, gpus_per_node, nice_for, stopped_resumably
 from worker.slurm.prepare import BASE_SPEC
 from worker.slurm.rank import LAUNCH_FILE
+from worker.slurm.samples import SampleTail
 from worker.slurm.script import CANCEL_MARK, BatchJob, batch_log, job_name, render
 from worker.slurm.states import INTERRUPTED_STATES, Phase, Reading, SlurmJob, base_state, read, settled, status_of
 from worker.tensorboard import TensorBoardTail
@@ -60,6 +61,7 @@ class _Watched:
     attempt: int
     tensorboard: TensorBoardTail  # a script's TensorBoard scalars (worker/tensorboard.py), as a worker reads them
     console: ConsoleFeed | None  # a script's printed metrics, this attempt's rank 0 logs (worker/console_feed.py)
+    samples: SampleTail  # this attempt's CPU/memory samples, written by each node (worker/slurm/samples.py)
     pending_tb: list[TimedMetric] = field(default_factory=list)
 
 
@@ -301,7 +303,8 @@ class Agent:
             tail = w.tail if w is not None else EventTail(run.events)
             tensorboard = w.tensorboard if w is not None else TensorBoardTail(run.tensorboard)
             ingestor = Ingestor(self.engine, row.job_id, run.root, attempt=row.attempt)
-            w = _Watched(tail, ingestor, row.attempt, tensorboard, _console(run, row.attempt, row.spec))
+            feed = _console(run, row.attempt, row.spec)
+            w = _Watched(tail, ingestor, row.attempt, tensorboard, feed, SampleTail(run.attempt_logs(row.attempt)))
             self.watched[row.job_id] = w
         if w.console is not None:
             w.console.read()
@@ -316,6 +319,7 @@ class Agent:
             if w.console is not None:
                 w.console.claim((), scalars)
             w.pending_tb.extend(scalars)
+        w.pending_tb.extend(w.samples.read())
         if w.pending_tb:
             w.ingestor.ingest_metrics(w.pending_tb[:TB_POINTS])
             del w.pending_tb[:TB_POINTS]

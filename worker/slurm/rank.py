@@ -21,6 +21,8 @@ import signal
 import sys
 from types import FrameType
 
+from worker.slurm import samples
+
 EXIT_STOPPED = 75  # trainer/exit_codes.py (not imported: this module runs before anything heavy)
 LAUNCH_FILE = "slurm_launch.json"  # in the run dir: a script job's argv and working folder (the agent writes it)
 WARNED_LINE = b"rankzero: Slurm's warning signal (USR1: time limit near, or preemption): checkpointing, then stopping\n"
@@ -165,6 +167,7 @@ def main() -> int:
         print(f"rankzero: {exc}", file=sys.stderr)
         return 2
     run_dir = os.environ["RANKZERO_RUN_DIR"]
+    samples.start(os.environ)  # local rank 0: this node's CPU/memory samples, as any host records them
     if os.path.exists(os.path.join(run_dir, LAUNCH_FILE)):
         return _run_script(run_dir)
     return _run_trainer(run_dir)
