@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -21,9 +22,8 @@ def console_words(summary: dict[str, Any] | None) -> list[str]:
         s = summary.get("suggestion")
         if isinstance(s, dict):
             out.append(f"  most frequent numeric line: `{s.get('line')}`")
-            out.append(
-                f'  add it: POST /api/jobs/<id>/console-patterns {{"regex": {s.get("regex")!r}, "name": "metric"}}'
-            )
+            body = json.dumps({"regex": s.get("regex"), "name": s.get("name") or "metric"})
+            out.append(f"  add it: POST /api/jobs/<id>/console-patterns {body} (the job page has a button)")
     for stream in summary.get("capped_streams") or []:
         mib = int(summary.get("cap_bytes") or 0) >> 20
         out.append(f"console: the reader stopped after the first {mib} MiB of {stream}: later lines were not read")

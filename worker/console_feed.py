@@ -175,7 +175,7 @@ class ConsoleFeed:
             for stream, reader in self.streams.items()
             for text in read_stored(self.run, self.attempt, stream, upto=reader.offset)
         ]
-        return replay(pieces, patterns)
+        return replay(pieces, patterns, ended=False)
 
     def claim(self, events: Iterable[dict[str, Any]], scalars: Iterable[TimedMetric]) -> None:
         """Note the names (and progress) other sources give, before their batch is written."""

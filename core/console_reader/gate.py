@@ -27,6 +27,7 @@ class Point:
     step: int | None  # None: the caller's fallback (no step known yet)
     name: str
     value: float
+    own: bool = True  # the step is the line's own; False: the job's current step then, a hint
 
 
 @dataclass

@@ -106,6 +106,7 @@ class ConsoleMetrics:
     dropped_names: int = 0
     reader: ConsoleReader = field(default_factory=ConsoleReader)
     only_patterns: bool = False  # a replay: the reader learns the steps, only the patterns' points are kept
+    pattern_names: list[str] = field(default_factory=list)  # series the user's patterns gave (bounded by names)
     _partial: dict[str, str] = field(default_factory=dict)  # stream → its line still being written
 
     def feed(self, text: str, stream: str = "") -> list[Point]:
@@ -128,18 +129,24 @@ class ConsoleMetrics:
         values, user_step = parse_user(line, self.patterns) if self.patterns else ([], None)
         if user_step is not None:
             self._advance(user_step, None)
-        found: list[tuple[str, float, int | None]] = list(values)
+        found: list[tuple[str, float, int | None, bool]] = [(n, v, at, at is not None) for n, v, at in values]
+        for name, _, _ in values:
+            if name not in self.pattern_names and len(self.pattern_names) < MAX_SERIES:
+                self.pattern_names.append(name)
         if self.defaults:
             read = self.reader.line(line)
             self._advance(self.reader.steps.step, self.reader.steps.total)
             if not self.only_patterns:
-                found.extend((p.name, p.value, p.step) for p in read)
-        points = [self._point(name, value, at) for name, value, at in found]
+                found.extend((p.name, p.value, p.step, p.own) for p in read)
+        points = [self._point(name, value, at, own) for name, value, at, own in found]
         return [p for p in points if p is not None]
 
     def summary(self) -> dict[str, Any]:
         """What the reader recognised (core/console_reader/gate.py), with the names past MAX_SERIES."""
-        return {**self.reader.summary(), "dropped_names": self.dropped_names}
+        summary = {**self.reader.summary(), "dropped_names": self.dropped_names}
+        read = list(summary["series"])
+        series = read + [n for n in self.pattern_names if n not in read]
+        return {**summary, "series": series, "suggestion": summary["suggestion"] if not series else None}
 
     def _advance(self, step: int | None, total: int | None) -> None:
         if step is not None and 0 <= step <= MAX_STEP:
@@ -147,7 +154,7 @@ class ConsoleMetrics:
         if total is not None and 0 < total <= MAX_STEP:
             self.total = total
 
-    def _point(self, name: str, value: float, at: int | None) -> Point | None:
+    def _point(self, name: str, value: float, at: int | None, own: bool = True) -> Point | None:
         if not name or name == "step":
             return None
         if name not in self.names and len(self.names) >= MAX_SERIES:
@@ -155,16 +162,19 @@ class ConsoleMetrics:
             return None
         count = self.names.get(name, 0)
         self.names[name] = count + 1
-        if at is None:  # no step on its line: the counter's, but after the name's last one (stdout and
-            # stderr are read one after the other, so a counter on the other stream may be ahead or behind)
-            at = max(self.step if self.step is not None else count, self.last_step.get(name, -1) + 1)
+        if at is None or not own:  # no step on its line: the counter's then (else now's), but after the name's
+            # last one (stdout and stderr are read one after the other, so the counter may be ahead or behind)
+            hint = at if at is not None else (self.step if self.step is not None else count)
+            at = max(hint, self.last_step.get(name, -1) + 1)
         self.last_step[name] = max(at, self.last_step.get(name, -1))
         return Point(step=at, name=name, value=value)
 
 
-def replay(pieces: Iterable[tuple[str, str]], patterns: list[UserPattern]) -> list[Point]:
+def replay(pieces: Iterable[tuple[str, str]], patterns: list[UserPattern], ended: bool = True) -> list[Point]:
     """The points `patterns` find in a stored console ((stream, text) pieces in the order read), at the steps
-    the reader learns from the same lines: a pattern added to a job after its lines were printed."""
+    the reader learns from the same lines: a pattern added to a job after its lines were printed. `ended`:
+    the last lines count without their newline (a running job's are still being written: the live reader
+    reads them when they end)."""
     c = ConsoleMetrics(patterns=patterns, only_patterns=True)
     points = [p for stream, text in pieces for p in c.feed(text, stream)]
-    return points + c.flush()
+    return points + c.flush() if ended else points

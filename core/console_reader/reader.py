@@ -73,7 +73,7 @@ class ConsoleReader:
             if p.key in seen.counters:
                 continue
             name = f"{seen.label}/{p.key}" if seen.label else p.key
-            points.append(Point(seen.step, name[:MAX_NAME_CHARS], p.value))
+            points.append(Point(seen.step, name[:MAX_NAME_CHARS], p.value, seen.own))
         return self.gate.admit(text, points)
 
     def summary(self) -> dict[str, object]:

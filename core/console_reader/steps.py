@@ -61,6 +61,8 @@ class Seen:
     step: int | None  # the step of the line's values (None: no step known yet)
     counters: frozenset[str]  # keys that were counters (no series)
     label: str | None = None  # another loop's name (`Test`): its values are named `Test/<key>`
+    own: bool = True  # the line said its step; False: the current one, a hint (a name's next point goes after
+    # its last: stdout and stderr are read one after the other, so the counter may be ahead of this line)
 
 
 def _int(p: Pair) -> int | None:
@@ -94,7 +96,7 @@ class StepTracker:
             if self.epochs is not None:
                 self.total = self.epochs
             return self._at(epoch, counters)  # the epoch is the step (no batches ever seen)
-        return Seen(self.step, frozenset(counters))
+        return Seen(self.step, frozenset(counters), own=False)
 
     def _at(self, step: int, counters: set[str], label: str | None = None) -> Seen:
         self.step = step if self.step is None else max(self.step, step)
@@ -153,10 +155,10 @@ class StepTracker:
             # The first M is the loop's; one seen beside an epoch wins over one seen before any (a sanity check).
             self.per_epoch, self._m_with_epoch = f.m, with_epoch
         if self.per_epoch is None:
-            return Seen(self.step, frozenset(counters))
+            return Seen(self.step, frozenset(counters), own=False)
         if f.m != self.per_epoch:  # another loop (validation): the current step, its own names
             label = f.key if f.leading and f.key is not None and role(f.key) is None else None
-            return Seen(self.step, frozenset(counters), label)
+            return Seen(self.step, frozenset(counters), label, own=False)
         self._inner_max = f.n if self._inner_max is None else max(self._inner_max, f.n)
         self._inner_min = f.n if self._inner_min is None else min(self._inner_min, f.n)
         if self.epoch is None:

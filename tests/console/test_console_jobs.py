@@ -4,6 +4,7 @@ each end with the right step and series, from their console alone; the SDK wins 
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -93,14 +94,28 @@ def test_a_fast_printer_keeps_every_point_and_a_pattern_added_after_the_end_draw
     settings, client = service()
     workers.start(settings)
     code = upload(client, shutil.copytree(PRINTER, tmp_path / "printer"))
-    flood, bare = _run(client, code, "flood"), _run(client, code, "bare")
+    flood, bare, slow = _run(client, code, "flood"), _run(client, code, "bare"), _run(client, code, "slow_bare")
+    # A pattern added while a job runs: its worker reads the console so far again with it, then every new line.
+    deadline = time.monotonic() + 120
+    while (client.http.get(f"/jobs/{slow['id']}/metrics").json().get("console") or {}).get("lines", 0) < 8:
+        assert time.monotonic() < deadline, "the running job's console summary never showed 8 lines"
+        time.sleep(0.5)
+    pattern = {"regex": r"^(?P<step>\d+)\s+(?P<value>[-+0-9.eE]+)\s+done$", "name": "metric"}
+    r = client.http.post(f"/jobs/{slow['id']}/console-patterns", json=pattern)
+    assert r.status_code == 200 and r.json() == {"patterns": 1, "applied": "running job", "points": 0}, r.text
     done = {
         "flood": client.wait_terminal(flood["id"], timeout=280),
-        "bare": client.wait_terminal(bare["id"], timeout=120),
+        "bare": client.wait_terminal(bare["id"], timeout=200),
     }
     assert all(d["status"] == "succeeded" for d in done.values()), {
         k: (d["status"], d.get("error")) for k, d in done.items()
     }
+
+    slow_done = client.wait_terminal(slow["id"], timeout=200)
+    assert slow_done["status"] == "succeeded", slow_done.get("error")
+    assert _series(client, slow["id"]) == {"metric": [(i, round(1 / (i + 1), 4)) for i in range(40)]}
+    summary = client.http.get(f"/jobs/{slow['id']}/metrics").json()["console"]
+    assert summary["series"] == ["metric"] and summary["suggestion"] is None
 
     # 50 MB printed in about a second, then the end: every line read, every point kept.
     body = client.http.get(f"/jobs/{flood['id']}/metrics", params={"name": "loss", "max_points": 100_000}).json()

@@ -44,7 +44,9 @@ export function renderConsoleNote(el, summary, jobId, onApplied) {
         },
       }, "Read it as a metric");
       el.append(h("p", {}, "Its most frequent numeric line is ", h("code", {}, s.line), "; the pattern ",
-        h("code", { class: "console-pattern" }, s.regex), ` reads its last number as “${s.name}”. `, button, " ", status));
+        h("code", { class: "console-pattern" }, s.regex),
+        s.regex.includes("(?P<step>") ? ` reads its first whole number as the step and its last number as “${s.name}”. ` : ` reads its last number as “${s.name}”. `,
+        button, " ", status));
     }
   }
   if (summary.dropped_names) el.append(h("p", { class: "muted" }, `${summary.dropped_names} points of series past the first 64 were not kept.`));

@@ -91,6 +91,13 @@ def bare() -> None:
     out("finished in 12 s")
 
 
+def slow_bare() -> None:
+    # The same, slowly: a pattern is added while it runs (read again from the start, then line by line).
+    for i in range(40):
+        out(f"{i} {1 / (i + 1):.4f} done")
+        time.sleep(0.5)
+
+
 def sdk() -> None:
     import rankzero
 
@@ -111,4 +118,5 @@ if RANK == 0:
         "sdk": sdk,
         "flood": flood,
         "bare": bare,
+        "slow_bare": slow_bare,
     }[MODE]()
