@@ -233,7 +233,7 @@ class ConsoleFeed:
         if names <= self.series:
             return
         self.series |= names
-        self._write_file()
+        _write_console_file(self.run, self.series, self.summary_written)
 
     def summary(self) -> dict[str, Any]:
         """What the reader made of the console so far (core/console_reader/gate.py), and whether a cap hit."""
@@ -248,12 +248,15 @@ class ConsoleFeed:
         summary = self.summary()
         if summary != self.summary_written:
             self.summary_written = summary
-            self._write_file()
+            _write_console_file(self.run, self.series, summary)
 
-    def _write_file(self) -> None:
-        target = self.run.console_series
-        body = {"names": sorted(self.series), "summary": self.summary_written or self.summary()}
-        try:  # never through a link the job made (console_series.json is in its run dir): core/run_files.py
-            run_files.write_atomic(target, json.dumps(body), self.run.root)
-        except OSError:
-            log.warning("%s: could not note the console's series", target)
+
+def _write_console_file(run: RunDir, series: set[str], summary: dict[str, Any] | None) -> None:
+    body: dict[str, Any] = {"names": sorted(series)}
+    if summary is not None:  # what the reader made of the console (noted every SUMMARY_EVERY_S)
+        body["summary"] = summary
+    target = run.console_series
+    try:  # never through a link the job made (console_series.json is in its run dir): core/run_files.py
+        run_files.write_atomic(target, json.dumps(body), run.root)
+    except OSError:
+        log.warning("%s: could not note the console's series", target)

@@ -62,7 +62,7 @@ def get_metrics(  # noqa: PLR0913 (one parameter per query field)
     metric_rollup.refresh(session, job_id)
     names = list(dict.fromkeys(name)) if name else metric_rollup.series_names(session, job_id)
     console = _console_file(job, settings)
-    from_console = {n for n in console.get("names", []) if isinstance(n, str)} if console else set()
+    from_console = _names(console)
     series = []
     for n in names:
         s = metric_rollup.query(session, job_id, n, max_points, start_step, end_step)
@@ -77,6 +77,16 @@ def get_metrics(  # noqa: PLR0913 (one parameter per query field)
         )
     summary = console.get("summary") if console else None
     return MetricsResponse(job_id=job_id, series=series, console=summary if isinstance(summary, dict) else None)
+
+
+def _console_names(job: Job, settings: Settings) -> set[str]:
+    """The series a script job's console gave (worker/console_feed.py notes them in its run dir)."""
+    return _names(_console_file(job, settings))
+
+
+def _names(console: dict | None) -> set[str]:
+    names = console.get("names") if console else None
+    return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
 
 
 def _console_file(job: Job, settings: Settings) -> dict | None:

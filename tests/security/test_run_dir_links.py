@@ -85,7 +85,7 @@ def test_a_linked_error_file_is_not_read(run: RunDir, secret: Path) -> None:
 def test_console_series_are_not_written_through_a_link(run: RunDir, secret: Path) -> None:
     for name in ("console_series.tmp", "console_series.json.tmp"):
         (run.root / name).symlink_to(secret)
-    feed = types.SimpleNamespace(series=set(), run=run)
+    feed = types.SimpleNamespace(series=set(), run=run, summary_written=None)
     ConsoleFeed._note_series(feed, {"loss"})  # pyright: ignore[reportArgumentType]  (only these attributes)
     assert secret.read_text() == SECRET + "\n"
     assert console_series(run) == ["loss"]  # still noted, in its own file
