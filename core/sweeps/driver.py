@@ -83,8 +83,9 @@ def _apply(session: Session, sweep: Sweep, spec: SweepSpec, decision: Decision, 
         link = {"sweep_id": sweep.id, "number": new.number, "params": new.values}
         try:  # the owner's queued quota, decided under her lock like a submit's (core/quota_gate.py)
             quota_gate.admit(session, settings, sweep.owner_id)
-        except quota_gate.OverQuota as exc:  # the trial waits for a later pass
+        except quota_gate.OverQuota as exc:  # the trial waits for a later pass; the sweep's page says why
             log.info("sweep %s: trial %s waits: %s", sweep.id, new.number, exc)
+            _note(session, sweep.id, f"{WAITING}{exc}")
             return started
         try:
             job = jobs.create(
@@ -103,9 +104,26 @@ def _apply(session: Session, sweep: Sweep, spec: SweepSpec, decision: Decision, 
     return started
 
 
+WAITING = "new trials wait: "  # the note of a sweep whose next trial is past its owner's quota
+
+
+def _note(session: Session, sweep_id: int, note: str | None) -> None:
+    """Set (or, with None, clear) the quota note; any other note (a pause's reason) is left alone."""
+    current = session.execute(select(col(Sweep.note)).where(col(Sweep.id) == sweep_id)).scalar_one_or_none()
+    if (note is None and not (current or "").startswith(WAITING)) or current == note:
+        return
+    if note is not None and current and not current.startswith(WAITING):
+        return
+    session.execute(update(Sweep).where(col(Sweep.id) == sweep_id).values(note=note[:2000] if note else None))
+    session.commit()
+
+
 def _link_trial(session: Session, sweep: Sweep, job: Any, link: dict[str, Any]) -> None:
-    """The trial's link row and its audit entry, in the transaction that makes its job."""
+    """The trial's link row and its audit entry, in the transaction that makes its job (and the quota note
+    goes: a trial started)."""
     session.add(SweepTrial(job_id=job.id, **link))
+    if (sweep.note or "").startswith(WAITING):
+        session.execute(update(Sweep).where(col(Sweep.id) == sweep.id).values(note=None))
     audit.record_for(
         session,
         sweep.owner_id,

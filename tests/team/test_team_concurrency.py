@@ -69,6 +69,8 @@ def test_sweep_trials_and_submits_racing_end_at_exactly_the_quota(service, add_u
         list(pool.map(act, range(12)))
     driver.drive_once(settings)  # a later pass: still nothing past the quota
     assert _queued(settings, alice_row["user"]["id"]) == QUOTA
+    note = alice.http.get(f"/sweeps/{sweep.json()['id']}").json()["note"]
+    assert note.startswith("new trials wait: alice has 4 of 4 jobs queued"), note  # the sweep's page says why
     with Session(get_engine(settings.resolved_database_url)) as s:
         trials = s.exec(select(SweepTrial).where(SweepTrial.sweep_id == sweep.json()["id"])).all()
         audited = s.exec(
