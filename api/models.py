@@ -203,8 +203,22 @@ class TransitionPublic(BaseModel):
         return cls(status=row.status, at=row.at, attempt=row.attempt, detail=row.detail)
 
 
+class TimeBreakdown(BaseModel):
+    """Where the job's wall time went, in seconds (core/time_breakdown.py says what each part holds); the
+    parts sum to wall_s: created → finished, or → now while the job lives."""
+
+    wall_s: float
+    queued: float
+    starting: float
+    training: float
+    checkpointing: float
+    lost_to_restarts: float
+    stopped: float
+
+
 class JobDetail(JobPublic):
     transitions: list[TransitionPublic]
+    time_breakdown: TimeBreakdown | None = None
     code_bytes: int | None = Field(
         None, description="The job's code bundle (spec `code`), compressed; its files: GET /api/code/{sha256}/files."
     )

@@ -116,6 +116,9 @@ class Job(SQLModel, table=True):
     archived: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false(), index=True))
     tags: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]"))
     note: str | None = Field(default=None, sa_column=Column(Text))
+    # Where its wall time went (core/time_breakdown.py PARTS → seconds), written at its terminal transition
+    # (migration 0015_job_time_breakdown); None while it lives.
+    time_breakdown: dict[str, float] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
 
 
 class JobTransition(SQLModel, table=True):

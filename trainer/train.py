@@ -511,7 +511,10 @@ class _Run:
         path = self.run.checkpoint_path(done)
         if self.ctx.is_main:
             self._start_checkpoint(path, done, all_rng)
-        self.throughput.exclude(time.perf_counter() - began)
+        stood = time.perf_counter() - began
+        self.throughput.exclude(stood)
+        if self.ctx.is_main:  # seconds the loop stood still (the job's time breakdown: core/time_breakdown.py)
+            self.events.emit(EventType.metric, step=done, name="time/checkpoint_s", value=stood)
         return path
 
     def _start_checkpoint(self, path: Path, done: int, all_rng: list[Any]) -> None:

@@ -116,9 +116,21 @@ def _service(snap: Snapshot) -> Iterator[Metric]:
         yield lease
 
 
+def _job_seconds(snap: Snapshot) -> Iterator[Metric]:
+    seconds = CounterMetricFamily(
+        "rankzero_job_seconds",
+        "Jobs' wall time by user, pool and where it went (queued, starting, training, checkpointing, "
+        "lost_to_restarts, stopped; docs/know-why.md).",
+        labels=["user", "pool", "part"],
+    )
+    for (user, pool, part), value in sorted(snap.job_seconds.items()):
+        seconds.add_metric([user, pool, part], value)
+    yield seconds
+
+
 def families(snap: Snapshot) -> list[Metric]:
     """Every metric family of one scrape."""
-    return [*_jobs(snap), *_hosts(snap), *_running(snap), *_service(snap)]
+    return [*_jobs(snap), *_hosts(snap), *_running(snap), *_service(snap), *_job_seconds(snap)]
 
 
 class DatabaseCollector(Collector):

@@ -6,7 +6,7 @@ Reading is the only I/O here; turning a snapshot into metric families is api/obs
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -16,8 +16,10 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, col
 
 from api.models import HostPublic
+from core import time_breakdown
 from core.db import db_now
-from core.tables import Job, JobStatus, MetricPoint, NotificationDelivery, SchedulerLease
+from core.job_state import TERMINAL
+from core.tables import Job, JobStatus, MetricPoint, NotificationDelivery, SchedulerLease, User
 
 # Seconds a job waits in the queue: from a moment to a day.
 QUEUE_WAIT_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 4 * 3600.0, 12 * 3600.0, 86400.0)
@@ -50,6 +52,9 @@ class Snapshot:
     points_ingested: int  # metric points ever written (the highest id: cheap and monotonic)
     deliveries: dict[str, int]  # notification delivery state → count
     scheduler_lease_age_s: float | None  # since the active scheduler last renewed its lease
+    # (user, pool, part) → seconds of wall time (core/time_breakdown.py PARTS): finished jobs' kept
+    # breakdowns summed by the database, plus each unfinished job's so far (at most MAX_JOB_SERIES of them).
+    job_seconds: dict[tuple[str, str, str], float] = field(default_factory=dict)
     now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
 
@@ -97,6 +102,7 @@ def read(engine: Engine, hosts: list[HostPublic]) -> Snapshot:
             select(col(NotificationDelivery.state), func.count()).group_by(col(NotificationDelivery.state))
         ).all()
         lease = s.execute(select(col(SchedulerLease.renewed_at))).scalar()
+        job_seconds = _job_seconds(s, now)
     return Snapshot(
         jobs=Counter({(JobStatus(st).value, pool or ""): int(n) for st, pool, n in by_status}),
         queued_ages_s={pool or "": max(0.0, (now - _aware(t)).total_seconds()) for pool, t in oldest if t},
@@ -108,5 +114,29 @@ def read(engine: Engine, hosts: list[HostPublic]) -> Snapshot:
         points_ingested=int(points),
         deliveries={str(state): int(n) for state, n in deliveries},
         scheduler_lease_age_s=None if lease is None else max(0.0, (now - _aware(lease)).total_seconds()),
+        job_seconds=job_seconds,
         now=now,
     )
+
+
+def _job_seconds(s: Session, now: datetime) -> dict[tuple[str, str, str], float]:
+    """Wall time per user, pool and part: finished jobs summed in SQL, unfinished ones computed to now."""
+    kept = col(Job.time_breakdown)
+    owner = select(col(User.name)).where(col(User.id) == col(Job.owner_id)).scalar_subquery()
+    finished = s.execute(
+        select(owner, col(Job.queue), *[func.sum(kept[p].as_float()) for p in time_breakdown.PARTS])
+        .where(col(Job.status).in_(list(TERMINAL)))
+        .group_by(owner, col(Job.queue))
+    ).all()
+    out: defaultdict[tuple[str, str, str], float] = defaultdict(float)
+    for user, pool, *seconds in finished:
+        for part, value in zip(time_breakdown.PARTS, seconds, strict=True):
+            out[(user or "", pool or "", part)] += float(value or 0.0)
+    live = s.scalars(
+        select(Job).where(col(Job.status).notin_(list(TERMINAL))).order_by(col(Job.id)).limit(MAX_JOB_SERIES)
+    ).all()
+    names = dict(s.execute(select(col(User.id), col(User.name))).all()) if live else {}
+    for job in live:
+        for part, value in time_breakdown.load(s, job, now).parts.items():
+            out[(names.get(job.owner_id, ""), job.queue or "", part)] += value
+    return dict(out)

@@ -17,9 +17,9 @@ from sqlmodel import Session, col, select
 from api import submit_policy
 from api.auth import may_change_job
 from api.deps import CurrentUser, JobId, SessionDep, SettingsDep, Submitter, job_or_404
-from api.models import ErrorDetail, JobDetail, JobPage, JobPublic, TransitionPublic
+from api.models import ErrorDetail, JobDetail, JobPage, JobPublic, TimeBreakdown, TransitionPublic
 from api.routes import environments
-from core import audit, bundles, job_sort, jobs, quota_gate, quotas, team_pass, wake
+from core import audit, bundles, job_sort, jobs, quota_gate, quotas, team_pass, time_breakdown, wake
 from core.db import get_read_engine
 from core.settings import Settings
 from core.tables import Job, JobStatus, JobTransition, User
@@ -306,6 +306,7 @@ def get_job(job_id: JobId, session: ReadSessionDep, settings: SettingsDep) -> Re
     fields: dict[str, Any] = {
         **dict(JobPublic.from_row(job, owner_names(session, [job]))),
         "transitions": [TransitionPublic.from_row(r) for r in rows],
+        "time_breakdown": TimeBreakdown.model_construct(**time_breakdown.load(session, job).as_dict()),
         **_code_summary(job.spec, settings),
     }
     detail = JobDetail.model_construct(**fields)

@@ -1600,6 +1600,7 @@ export interface components {
              * @description Labels to filter by (GET /api/jobs?tag=).
              */
             tags?: string[];
+            time_breakdown?: components["schemas"]["TimeBreakdown"] | null;
             /** Total Steps */
             total_steps: number | null;
             /** Transitions */
@@ -2760,6 +2761,27 @@ export interface components {
              * @default 8
              */
             trials: number;
+        };
+        /**
+         * TimeBreakdown
+         * @description Where the job's wall time went, in seconds (core/time_breakdown.py says what each part holds); the
+         *     parts sum to wall_s: created → finished, or → now while the job lives.
+         */
+        TimeBreakdown: {
+            /** Checkpointing */
+            checkpointing: number;
+            /** Lost To Restarts */
+            lost_to_restarts: number;
+            /** Queued */
+            queued: number;
+            /** Starting */
+            starting: number;
+            /** Stopped */
+            stopped: number;
+            /** Training */
+            training: number;
+            /** Wall S */
+            wall_s: number;
         };
         /** TokenCreate */
         TokenCreate: {

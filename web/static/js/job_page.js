@@ -7,6 +7,7 @@ import { api, ApiError } from "./api.js";
 import { $, h, setText, debounce } from "./dom.js";
 import { MetricPanel, outcomeOf } from "./job_charts.js";
 import { renderConsoleNote } from "./console_note.js";
+import { renderTimeBar } from "./time_bar.js";
 import { fmtValue } from "./charts.js";
 import { LogView } from "./logs.js";
 import { loadNotifications } from "./notifications.js";
@@ -381,6 +382,7 @@ async function loadJob() {
     const detail = await api(`/jobs/${jobId}`);
     renderJob(detail);
     renderTimeline(detail.transitions);
+    renderTimeBar(detail.time_breakdown);
     return detail;
   } catch (err) {
     if (err instanceof ApiError && err.status === 404) {
