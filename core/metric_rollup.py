@@ -299,6 +299,20 @@ def _sql_buckets(session: Session, job_id: int, name: str, lo: int, hi: int, wid
     return [(b, Summary(n, mn, mn_s, mx, mx_s)) for b, n, mn, mn_s, mx, mx_s in rows]
 
 
+def _rolled_up(session: Session, job_id: int, name: str, first: int, last: int) -> int:
+    """How many points the finest rollup buckets wholly inside [first, last] summarised. More than the raw
+    points there means the series was thinned (core/retention.py): it is charted from the rollups, as
+    before thinning, never from the few points kept. (Never more for a series that was not.)"""
+    w = WIDTHS[0]
+    return session.execute(
+        text(
+            "SELECT coalesce(sum(n), 0) FROM metric_rollups WHERE job_id = :j AND name = :n AND width = :w"
+            " AND bucket >= :k0 AND bucket <= :k1"
+        ),
+        {"j": job_id, "n": name, "w": w, "k0": -(-first // w), "k1": (last + 1) // w - 1},
+    ).scalar_one()
+
+
 def query(
     session: Session,
     job_id: int,
@@ -325,7 +339,7 @@ def query(
         ),
         {**base, "cap": max_points + 1},
     ).scalar_one()
-    if few <= max_points:
+    if few <= max_points and _rolled_up(session, job_id, name, first, last) <= max_points:
         points = list(_raw(session, base, first, last))
         return Series(name, points, total_points=few)
 

@@ -65,7 +65,7 @@ class SpecLimits(BaseSettings):
 
 
 class Retention(BaseSettings):
-    """What old data the retention pass thins or deletes (core/retention.py; docs/storage.md "Retention")."""
+    """What old data the retention pass thins or deletes (core/retention.py; docs/performance.md "Retention")."""
 
     retention_metrics_after_days: float = Field(
         30.0,

@@ -34,7 +34,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlmodel import Session, col
 
-from core import hosts, jobs, placement, queue, team_pass, wake
+from core import hosts, jobs, placement, queue, retention, team_pass, wake
 from core.backends import BackendKind, backend_of_pool
 from core.db import db_now, get_engine, is_lock_timeout, now_sql, wait_for_locks_at_most
 from core.job_state import HOLDING
@@ -366,6 +366,7 @@ def start_scheduler_thread(settings: Settings, stop: threading.Event) -> threadi
                 if leadership.hold():
                     sweeping = drive_sweeps(settings)  # new trials first, so this same pass places them
                     plan = schedule_once(settings)
+                    retention.run_due(settings)  # old jobs' points and logs: every retention_interval_s, never raises
                     waiter.wait(next_pass_in(plan, settings.scheduler_poll_s, leadership.lease_s, sweeping))
                     continue
             except Exception:  # the database may be restarting: try again, leading or not
