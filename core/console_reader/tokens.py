@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 MAX_KEY_CHARS = 48
 MAX_KEY_WORDS = 4
@@ -167,6 +168,7 @@ _CALENDAR = frozenset(
 )
 
 
+@lru_cache(maxsize=8192)  # a format's fields repeat line after line: their keys are worked out once
 def _key_of(prefix: str) -> str | None:
     """The key in the text before a value: its last phrase (after `  `, `) `, ` (` or a tab), no separators."""
     s = prefix.rstrip(_STRIP)
