@@ -2,6 +2,8 @@
 .dockerignore and every file its COPY lines take from the build context (pyproject.toml, the packages,
 the web files), less what .dockerignore leaves out. A tag that exists is that build, so a test run whose
 inputs were built before skips the build (seconds instead of minutes; CI keeps Docker's image store).
+The tags of other inputs are removed once a new one is built (`stale`): a changed pyproject.toml makes a
+new ~6 GB dependency layer, and the old ones would pile up.
 """
 
 from __future__ import annotations
@@ -67,3 +69,8 @@ def inputs_hash(root: Path) -> str:
 
 def tag(root: Path) -> str:
     return f"{REPO}:in-{inputs_hash(root)}"
+
+
+def stale(tags: Iterable[str], keep: str) -> list[str]:
+    """The input-hash tags other than `keep` (what `docker image ls rankzero` lists as repo:tag)."""
+    return sorted(t for t in tags if t.startswith(f"{REPO}:in-") and t != keep)

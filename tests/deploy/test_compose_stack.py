@@ -140,6 +140,7 @@ def stack(timings: dict[str, float]) -> Iterator[Stack]:
             s.run("up", "-d", "--build", timeout=3600)  # the README's command (+ the override)
             docker_host.run(["docker", "tag", "rankzero:latest", cached], capture_output=True)
             timings["image_built"] = 1
+            _remove_stale_tags(cached)
         timings["up_s"] = round(time.monotonic() - t1, 1)
         wait(lambda: _answers(s), 180, "the API's /api/health", every=1)
         yield s
@@ -151,6 +152,13 @@ def stack(timings: dict[str, float]) -> Iterator[Stack]:
             s.http.close()
             stop_engine()
             timings["total_s"] = round(time.monotonic() - t0, 1)
+
+
+def _remove_stale_tags(keep: str) -> None:
+    listed = subprocess.run(["docker", "image", "ls", image_cache.REPO, "--format", "{{.Repository}}:{{.Tag}}"],
+                            capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    for tag in image_cache.stale(listed.stdout.split(), keep):  # one in use by a container stays (no --force)
+        subprocess.run(["docker", "image", "rm", tag], capture_output=True, timeout=120, check=False)
 
 
 def _answers(s: Stack) -> bool:

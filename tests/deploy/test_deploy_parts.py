@@ -177,3 +177,8 @@ def test_image_tag_follows_what_the_build_copies(tmp_path: Path) -> None:
     assert image_cache.tag(tmp_path) == first
     (tmp_path / "core/a.py").write_text("a = 2\n")
     assert image_cache.tag(tmp_path) != first
+
+
+def test_stale_tags() -> None:
+    tags = ["rankzero:latest", "rankzero:in-aaa", "rankzero:in-bbb", "rankzero-standin/x:1", "rankzero:in-ccc"]
+    assert image_cache.stale(tags, keep="rankzero:in-bbb") == ["rankzero:in-aaa", "rankzero:in-ccc"]
