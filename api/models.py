@@ -216,9 +216,19 @@ class TimeBreakdown(BaseModel):
     stopped: float
 
 
+class StartEstimate(BaseModel):
+    """A queued job's place in its pool's queue and when it may start (core/start_estimate.py)."""
+
+    position: int = Field(description="1: next in its pool.")
+    start_in_s: float | None = Field(description="Seconds from now; null: not known (see why).")
+    start_at: datetime | None
+    why: str = Field(description="What the estimate waits on, e.g. 'when job 12 ends'.")
+
+
 class JobDetail(JobPublic):
     transitions: list[TransitionPublic]
     time_breakdown: TimeBreakdown | None = None
+    start_estimate: StartEstimate | None = Field(None, description="Only while queued and not yet placed.")
     code_bytes: int | None = Field(
         None, description="The job's code bundle (spec `code`), compressed; its files: GET /api/code/{sha256}/files."
     )

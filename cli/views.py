@@ -183,6 +183,13 @@ def placement_rows(job: dict[str, Any]) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     if job.get("status") == "queued" and job.get("pending_reason"):
         rows.append(("waiting", job["pending_reason"]))
+    if est := job.get("start_estimate"):  # core/start_estimate.py
+        when = "start not known" if est.get("start_in_s") is None else f"starts in ~{duration(est['start_in_s'])}"
+        rows.append(("queue", f"#{est['position']} in its pool, {when} ({est['why']})"))
+    if (spent := job.get("time_breakdown")) and spent.get("wall_s"):  # core/time_breakdown.py
+        parts = ("queued", "starting", "training", "checkpointing", "lost_to_restarts", "stopped")
+        shown = [f"{p.replace('_', ' ')} {duration(spent[p])}" for p in parts if spent.get(p, 0) >= 0.5]
+        rows.append(("time", " · ".join(shown) or duration(spent["wall_s"])))
     placed = None
     if job.get("placement"):  # the reader (pydantic models, core.placement) only for a job that has one
         from core.placement_record import BadPlacement, read_placement  # the one reader of a placement

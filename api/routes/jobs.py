@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -17,9 +18,9 @@ from sqlmodel import Session, col, select
 from api import submit_policy
 from api.auth import may_change_job
 from api.deps import CurrentUser, JobId, SessionDep, SettingsDep, Submitter, job_or_404
-from api.models import ErrorDetail, JobDetail, JobPage, JobPublic, TimeBreakdown, TransitionPublic
+from api.models import ErrorDetail, JobDetail, JobPage, JobPublic, StartEstimate, TimeBreakdown, TransitionPublic
 from api.routes import environments
-from core import audit, bundles, job_sort, jobs, quota_gate, quotas, team_pass, time_breakdown, wake
+from core import audit, bundles, job_sort, jobs, quota_gate, quotas, start_estimate, team_pass, time_breakdown, wake
 from core.db import get_read_engine
 from core.settings import Settings
 from core.tables import Job, JobStatus, JobTransition, User
@@ -307,10 +308,19 @@ def get_job(job_id: JobId, session: ReadSessionDep, settings: SettingsDep) -> Re
         **dict(JobPublic.from_row(job, owner_names(session, [job]))),
         "transitions": [TransitionPublic.from_row(r) for r in rows],
         "time_breakdown": TimeBreakdown.model_construct(**time_breakdown.load(session, job).as_dict()),
+        "start_estimate": _start_estimate(session, job, settings),
         **_code_summary(job.spec, settings),
     }
     detail = JobDetail.model_construct(**fields)
     return _json(detail)
+
+
+def _start_estimate(session: Session, job: Job, settings: Settings) -> StartEstimate | None:
+    if job.status != JobStatus.queued or job.placement or job.id is None:
+        return None
+    pool = job.queue or settings.queue
+    found = start_estimate.load(session, pool, settings.resolved_stale_after_s, default_pool=settings.queue).get(job.id)
+    return StartEstimate.model_validate(found.as_dict(time.time())) if found else None
 
 
 def _code_summary(spec: dict, settings: Settings) -> dict[str, int]:

@@ -1585,6 +1585,8 @@ export interface components {
             spec: {
                 [key: string]: unknown;
             };
+            /** @description Only while queued and not yet placed. */
+            start_estimate?: components["schemas"]["StartEstimate"] | null;
             /** Started At */
             started_at: string | null;
             status: components["schemas"]["JobStatus"];
@@ -2535,6 +2537,29 @@ export interface components {
              * @description sbatch --time for this job (minutes), at most the pool's maximum (RANKZERO_SLURM_MAX_TIME_LIMIT_MIN); default: the pool's RANKZERO_SLURM_TIME_LIMIT_MIN.
              */
             time_limit_min?: number | null;
+        };
+        /**
+         * StartEstimate
+         * @description A queued job's place in its pool's queue and when it may start (core/start_estimate.py).
+         */
+        StartEstimate: {
+            /**
+             * Position
+             * @description 1: next in its pool.
+             */
+            position: number;
+            /** Start At */
+            start_at: string | null;
+            /**
+             * Start In S
+             * @description Seconds from now; null: not known (see why).
+             */
+            start_in_s: number | null;
+            /**
+             * Why
+             * @description What the estimate waits on, e.g. 'when job 12 ends'.
+             */
+            why: string;
         };
         /**
          * StateSets

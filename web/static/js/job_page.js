@@ -7,7 +7,7 @@ import { api, ApiError } from "./api.js";
 import { $, h, setText, debounce } from "./dom.js";
 import { MetricPanel, outcomeOf } from "./job_charts.js";
 import { renderConsoleNote } from "./console_note.js";
-import { renderTimeBar } from "./time_bar.js";
+import { renderStartEstimate, renderTimeBar } from "./time_bar.js";
 import { fmtValue } from "./charts.js";
 import { LogView } from "./logs.js";
 import { loadNotifications } from "./notifications.js";
@@ -138,6 +138,7 @@ function renderWaiting(j) {
   setText($("#job-waiting-title"), `Queued ${fmtAgo(j.created_at)}`);
   const extra = [j.priority ? `Priority ${j.priority}.` : null, j.spec?.preemptible ? "Preemptible." : null].filter(Boolean).join(" ");
   setText($("#job-waiting-text"), extra ? `${reason} ${extra}` : reason);
+  renderStartEstimate(j.start_estimate);
 }
 
 /** The spec, flattened to dotted keys; what differs from the defaults first. */

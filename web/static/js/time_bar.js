@@ -1,10 +1,12 @@
 // @ts-check
 // Where a job's wall time went (GET /api/jobs/{id} `time_breakdown`; core/time_breakdown.py): one bar,
-// a segment per part in proportion, and a legend with each part's duration and share.
+// a segment per part in proportion, and a legend with each part's duration and share; and a queued
+// job's place in its pool's queue with its estimated start (`start_estimate`; core/start_estimate.py).
 import { $, h } from "./dom.js";
 import { fmtDuration } from "./format.js";
 
 /** @typedef {import("../../types/api").components["schemas"]["TimeBreakdown"]} TimeBreakdown */
+/** @typedef {import("../../types/api").components["schemas"]["StartEstimate"]} StartEstimate */
 
 /** @type {[keyof TimeBreakdown, string][]} */
 export const TIME_PARTS = [
@@ -32,4 +34,16 @@ export function renderTimeBar(b) {
   $("#job-time-bar", root)?.replaceChildren(...segments);
   $("#job-time-legend", root)?.replaceChildren(...shown.map(([key, label]) =>
     h("li", { dataset: { part: key } }, h("span", { class: `time-key time-${key}` }), `${label} ${fmtDuration(b[key])} · ${share(b[key])}`)));
+}
+
+/** @param {StartEstimate | null | undefined} est  (absent in a streamed update: the last one stays) */
+export function renderStartEstimate(est) {
+  const el = $("#job-waiting-estimate");
+  if (!el || est === undefined) return;
+  el.hidden = !est;
+  if (!est) return;
+  const when = est.start_in_s === null || est.start_in_s === undefined
+    ? "start not known yet"
+    : `estimated start in ${fmtDuration(est.start_in_s)}`;
+  el.textContent = `#${est.position} in its pool's queue, ${when} (${est.why}).`;
 }
