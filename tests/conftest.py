@@ -91,7 +91,7 @@ def is_slow(node_id: str, fixture_names: set[str], marker_names: set[str]) -> bo
     )
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups `arrange` gives
+@pytest.hookimpl(trylast=True)  # after every other hook that reorders or deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))

@@ -16,13 +16,16 @@ from tests.support.parallel import folder_table, order_units, report_test_id, wo
         ("tests/web/test_b.py::test_x", None, {"svc": "module", "tmp_path": "function"}, "tests/web/test_b.py"),
         ("tests/web/test_b.py::C::test_x", None, {"c": "class"}, "tests/web/test_b.py"),
         # A shared stateful session fixture keeps every test using it together, whatever its folder.
-        ("tests/slurm/test_c.py::test_x", None, {"slurm_cluster": "session"}, "slurm_cluster"),
-        ("tests/web/test_slurm.py::test_x", None, {"slurm_cluster": "session", "m": "module"}, "slurm_cluster"),
+        ("tests/slurm/test_c.py::test_x", None, {"slurm_cluster": "session"}, "slurm"),
+        ("tests/web/test_slurm.py::test_x", None, {"slurm_cluster": "session", "m": "module"}, "slurm"),
+        ("tests/web/test_slurm.py::test_x", "mine", {"slurm_cluster": "session"}, "slurm"),
+        ("tests/slurm/test_states.py::test_x", None, {}, "slurm"),
         # One Docker daemon: its folder is one group.
         ("tests/deploy/test_d.py::test_x", None, {}, "docker"),
         ("tests/test_compose.py::test_x", None, {}, "docker"),
-        # An explicit mark wins.
-        ("tests/deploy/test_d.py::test_x", "mine", {"m": "module"}, "mine"),
+        # Otherwise a test's own mark wins.
+        ("tests/deploy/test_d.py::test_x", "mine", {"m": "module"}, "docker"),
+        ("tests/api/test_a.py::test_x", "mine", {"m": "module"}, "mine"),
     ],
 )
 def test_work_group(node_id: str, explicit: str | None, scopes: dict[str, str], group: str | None) -> None:

@@ -8,20 +8,23 @@ side is what keeps `.ci/run` inside its budget. Three decisions, each a pure fun
   tests written against its state would see a fresh one. A module- or class-scoped fixture keeps its module
   together; a stateful session fixture that must exist once (`SHARED_SESSION_FIXTURES`: the Slurm cluster)
   keeps every test using it together; a folder whose tests share one outside resource (`SHARED_FOLDERS`: the
-  Docker daemon) is one group. Every other test is a unit of its own and goes to whichever worker is free.
+  Docker daemon, the Slurm cluster) is one group. Those two rules come before a test's own `xdist_group`
+  mark. Every other test is a unit of its own and goes to whichever worker is free.
 - **What starts first** (`order_units`): the longest units first, by the durations measured on an earlier
   run (tests/durations.json, written by `make test-durations`), so the longest group never starts last.
 - **What the run took** (`folder_table`): per folder, the seconds its tests spent, printed after the
   slowest tests; with several workers their sum exceeds the wall time.
 
-An explicit `@pytest.mark.xdist_group("name")` always wins.
+Otherwise a test's own `@pytest.mark.xdist_group("name")` wins.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import tempfile
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -30,12 +33,14 @@ import pytest
 
 DURATIONS_FILE = Path(__file__).resolve().parent.parent / "durations.json"
 WRITE_DURATIONS_ENV = "RANKZERO_WRITE_DURATIONS"
+GROUPS_ENV = "RANKZERO_TEST_GROUPS_FILE"  # the workers' decisions, for the controller's scheduler
 
 # Session fixtures that hold state the tests using them were written against, and that cost too much to build
 # on every worker: the tests that use them form one group (named after the fixture).
-SHARED_SESSION_FIXTURES = frozenset({"slurm_cluster"})
-# Folders whose tests share a resource of the machine that exists once (a Docker daemon and its images).
-SHARED_FOLDERS = {"tests/deploy/": "docker", "tests/test_compose.py": "docker"}
+SHARED_SESSION_FIXTURES = {"slurm_cluster": "slurm"}
+# Folders whose tests share a resource of the machine that exists once (a Docker daemon and its images; the
+# Slurm cluster).
+SHARED_FOLDERS = {"tests/deploy/": "docker", "tests/test_compose.py": "docker", "tests/slurm/": "slurm"}
 WIDE_SCOPES = frozenset({"module", "class", "package"})
 # A test never timed before counts as this many seconds (slow tier) or this many (unit tier).
 UNKNOWN_SLOW_S = 20.0
@@ -50,14 +55,15 @@ def work_group(
     `fixture_scopes`: the fixtures the test uses (directly or not) → their scope; `shared_fixtures`: the names
     among them that are in `SHARED_SESSION_FIXTURES` (passed in so the table can be tested without pytest).
     """
-    if explicit:
-        return explicit
+    # What exists once on the machine comes first: a test that uses it must be where it is, whatever its mark.
+    shared = sorted(SHARED_SESSION_FIXTURES[name] for name in set(shared_fixtures) if name in SHARED_SESSION_FIXTURES)
+    if shared:
+        return shared[0]
     for prefix, group in SHARED_FOLDERS.items():
         if node_id.startswith(prefix):
             return group
-    shared = sorted(set(shared_fixtures) & SHARED_SESSION_FIXTURES)
-    if shared:
-        return shared[0]
+    if explicit:
+        return explicit
     if any(scope in WIDE_SCOPES for scope in fixture_scopes.values()):
         return node_id.split("::", 1)[0]
     return None
@@ -105,10 +111,9 @@ def _load_durations() -> dict[str, float]:
     return {str(k): float(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
-def _explicit_group(item: pytest.Item) -> str | None:
-    for mark in item.iter_markers("xdist_group"):
-        return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
-    return None
+def _explicit_groups(item: pytest.Item) -> list[str]:
+    marks = item.iter_markers("xdist_group")
+    return sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in marks})
 
 
 def _fixture_scopes(item: pytest.Item) -> dict[str, str]:
@@ -126,27 +131,70 @@ def _is_xdist_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
-def _runs_distributed(config: pytest.Config) -> bool:
-    return _is_xdist_worker(config) or bool(getattr(config.option, "numprocesses", None))
-
-
 def arrange(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group and order the tests for the workers; tests/conftest.py calls it after marking the slow tier,
-    before xdist reads the groups. Every worker collects and orders the same way, so their collections stay
-    identical, as xdist requires."""
-    if not _runs_distributed(config):
+    """On each worker of a `--dist loadgroup` run: decide every test's group, write them where the controller's
+    scheduler reads them (`GROUPS_ENV`), and order the tests longest unit first. (pytest 9 derives a test's id
+    from its structured id, so xdist 3.8's own `@group` suffix no longer reaches the scheduler; this replaces
+    it.) Every worker collects, decides and orders the same way, so their collections stay identical, as xdist
+    requires."""
+    target = os.environ.get(GROUPS_ENV)
+    if not (_is_xdist_worker(config) and target):
         return
     durations = _load_durations()
-    units = []
+    units: list[tuple[str, str, bool]] = []
+    groups: dict[str, str] = {}
+    by_id: dict[str, pytest.Item] = {}
     for item in items:
+        explicit = _explicit_groups(item)
         scopes = _fixture_scopes(item)
-        group = work_group(item.nodeid, _explicit_group(item), scopes, scopes.keys())
-        if group is not None and _explicit_group(item) is None:
-            item.add_marker(pytest.mark.xdist_group(group))
-        slow = item.get_closest_marker("slow") is not None
-        units.append((item.nodeid, unit_of(item.nodeid, group), slow))
-    order = {node_id: i for i, node_id in enumerate(order_units(units, durations))}
-    items.sort(key=lambda item: order[item.nodeid])
+        group = work_group(item.nodeid, "_".join(explicit) or None, scopes, scopes.keys())
+        if group is not None:
+            groups[item.nodeid] = group
+        units.append((item.nodeid, unit_of(item.nodeid, group), item.get_closest_marker("slow") is not None))
+        by_id[item.nodeid] = item
+    items[:] = [by_id[node_id] for node_id in order_units(units, durations)]
+    mine = f"{target}.{os.getpid()}"
+    Path(mine).write_text(json.dumps(groups))
+    os.replace(mine, target)  # every worker writes the same map; whole files only
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # On the controller of a loadgroup run, before its workers start (they inherit the variable).
+    distributed = getattr(config.option, "numprocesses", None) and config.getvalue("dist") == "loadgroup"
+    if distributed and not _is_xdist_worker(config):
+        fd, path = tempfile.mkstemp(prefix="rankzero-test-groups-", suffix=".json")
+        os.close(fd)
+        os.environ[GROUPS_ENV] = path
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not _is_xdist_worker(config) and os.environ.get(GROUPS_ENV):
+        with contextlib.suppress(OSError):
+            os.unlink(os.environ.pop(GROUPS_ENV))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """xdist's loadgroup scheduler, with each test's unit read from the map the workers wrote."""
+    if config.getvalue("dist") != "loadgroup" or not os.environ.get(GROUPS_ENV):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    path = Path(os.environ[GROUPS_ENV])
+
+    class GroupScheduling(LoadScopeScheduling):
+        _groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._groups is None:
+                try:
+                    self._groups = json.loads(path.read_text() or "{}")
+                except (OSError, ValueError):
+                    self._groups = {}
+            group = self._groups.get(nodeid)
+            return f"group:{group}" if group is not None else nodeid
+
+    return GroupScheduling(config, log)  # pyright: ignore[reportArgumentType]
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
