@@ -18,7 +18,7 @@ from sqlalchemy import update
 from sqlalchemy.engine import Connection, CursorResult, Engine
 from sqlmodel import Session, col, select
 
-from core import notify, time_breakdown, wake
+from core import host_health, notify, time_breakdown, wake
 from core.db import now_sql
 from core.job_state import ALLOWED, LIVE, IllegalTransition
 from core.placement_record import BadPlacement, read_placement
@@ -138,6 +138,8 @@ def transition(  # noqa: PLR0913 (one keyword per guard of the conditional UPDAT
     session.add(JobTransition(job_id=job_id, status=to, at=now, attempt=row.attempt if row else 0, detail=detail))
     if to.is_terminal:  # where its time went, kept for /metrics (core/time_breakdown.py)
         time_breakdown.record(session, job_id)
+    if to in (S.failed, S.queued):  # a host that keeps failing jobs leaves placement (core/host_health.py)
+        host_health.note(session, job_id, to, detail)
     notify.record(session, job_id, to, row.attempt if row else 0, detail)  # an outbox row, same transaction
     return True
 
