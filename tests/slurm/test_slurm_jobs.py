@@ -112,7 +112,11 @@ def test_two_nodes_one_rank_each_survive_the_agent_killed_and_restarted(
     assert "on n[1-2]" in batch
     events = [json.loads(x) for x in (run_dir(slurm_settings, job_id) / "events.jsonl").read_text().splitlines()]
     metric_events = {(e["name"], e["step"]) for e in events if e["type"] == "metric"}
-    assert _count(agent, MetricPoint, job_id) == len(metric_events) > 0
+    with Session(agent.engine) as s:
+        names = list(s.exec(select(MetricPoint.name).where(MetricPoint.job_id == job_id)).all())
+    assert len([n for n in names if not n.startswith("sys/")]) == len(metric_events) > 0  # nothing ingested twice
+    # Each node samples its own rank (worker/slurm/samples.py): node 1's total under a name of its own.
+    assert {"sys/rank0/rss_mb", "sys/rank1/rss_mb", "sys/rss_mb_total", "sys/node1/rss_mb_total"} <= set(names)
     ckpt_events = {e["path"] for e in events if e["type"] == "checkpoint"}
     assert _count(agent, Checkpoint, job_id) == len(ckpt_events) > 0
     one_by_two = {**spec, "nproc": 2, "nnodes": 1}

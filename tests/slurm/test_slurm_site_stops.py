@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from core import jobs
 from core.tables import JobStatus
 from tests.slurm.cluster import SlurmCluster
 from tests.slurm.conftest import run_dir
@@ -29,23 +30,28 @@ def pool_jobs(cluster: SlurmCluster, agent: Agent) -> list[str]:
 def test_scancel_of_a_running_job_ends_it_cancelled_and_it_is_not_requeued(
     agent: Agent, slurm_cluster: SlurmCluster, marker: str
 ) -> None:
-    job_id = submit(agent, slow_spec("site-cancel", step_s=0.2, max_steps=500, every=5))
-    job = drive(agent, job_id, lambda j: j.status is S.running)
-    wait_step_written(run_dir(agent.settings, job_id), 5, 120, "checkpoint")  # a checkpoint to resume from
-    slurm_id = job.backend_job_id
-    assert slurm_id is not None
-    slurm_cluster.run("scancel", slurm_id)  # the site's admin, not rankzero
-    job = drive(agent, job_id, lambda j: j.status in TERMINAL, timeout=120)
-    assert job.status is S.cancelled, (job.status, job.error)
-    assert job.attempt == 1 and job.backend_job_id == slurm_id
-    words = [d for s, _, d in timeline(agent, job_id) if s == "cancelled"]
-    assert words and f"Slurm job {slurm_id}: cancelled by Slurm (scancel" in words[0], timeline(agent, job_id)
+    """Two jobs side by side (n1, n2), each with a checkpoint to resume from: one `scancel`led, one
+    `scancel --signal=KILL --full`: both end cancelled, neither is requeued nor submitted again."""
+    ways = {"plain": [], "kill-full": ["--signal=KILL", "--full"]}
+    ids = {way: submit(agent, slow_spec(f"site-cancel-{way}", step_s=0.2, max_steps=500, every=5)) for way in ways}
+    for job_id in ids.values():
+        drive(agent, job_id, lambda j: j.status is S.running)
+        wait_step_written(run_dir(agent.settings, job_id), 5, 120, "checkpoint")
+    slurm_ids = {way: jobs.get_job(agent.engine, job_id).backend_job_id for way, job_id in ids.items()}  # type: ignore[union-attr]
+    for way, options in ways.items():
+        slurm_cluster.run("scancel", *options, str(slurm_ids[way]))  # the site's admin, not rankzero
+    for way, job_id in ids.items():
+        job = drive(agent, job_id, lambda j: j.status in TERMINAL, timeout=120)
+        assert job.status is S.cancelled, (way, job.status, job.error)
+        assert job.attempt == 1 and job.backend_job_id == slurm_ids[way]
+        words = [d for s, _, d in timeline(agent, job_id) if s == "cancelled"]
+        assert words and f"Slurm job {slurm_ids[way]}: cancelled by Slurm (scancel" in words[0], timeline(agent, job_id)
+        state = slurm_cluster.run("squeue", "-h", "-t", "all", "-j", str(slurm_ids[way]), "-o", "%T").strip()
+        assert state == "CANCELLED", way  # not requeued by the batch script
     for _ in range(3):  # a few more periods: nothing is submitted again
         agent.step()
-    assert pool_jobs(slurm_cluster, agent) == [slurm_id]
-    state = slurm_cluster.run("squeue", "-h", "-t", "all", "-j", slurm_id, "-o", "%T").strip()
-    assert state == "CANCELLED"  # not requeued by the batch script
-    wait(lambda: not procs.processes(marker), 30, "every process of the job to be gone")
+    assert sorted(pool_jobs(slurm_cluster, agent)) == sorted(str(i) for i in slurm_ids.values())
+    wait(lambda: not procs.processes(marker), 30, "every process of the jobs to be gone")
 
 
 def test_an_admins_requeue_is_named_and_a_pending_job_slurm_cancels_is_never_submitted_again(
