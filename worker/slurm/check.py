@@ -114,12 +114,17 @@ def main(argv: list[str] | None = None) -> int:
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     rank, ntasks, job = (int(os.environ.get(k) or d) for k, d in (("SLURM_PROCID", 0), ("SLURM_NTASKS", 1),
                                                                    ("SLURM_JOB_ID", 0)))  # fmt: skip
+    # The trainer's imports, as a rank makes them, in a process of its own (the service imports no torch).
+    probe_imports = "import torch, trainer.train; print(torch.__version__)"
     try:
-        import torch
-
-        import trainer.train  # noqa: F401  (the trainer's imports, as a rank makes them)
-    except Exception as exc:
+        imported = subprocess.run([sys.executable, "-c", probe_imports], capture_output=True, text=True, timeout=600,
+                                  check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
         return _fail(node, f"{sys.executable} cannot import rankzero's trainer and torch: {exc}")
+    if imported.returncode != 0:
+        why = (imported.stderr.strip().splitlines() or ["no output"])[-1]
+        return _fail(node, f"{sys.executable} cannot import rankzero's trainer and torch: {why}")
+    torch_version = imported.stdout.strip()
     folder = args.runs_dir / ".slurm-check" / str(job)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -132,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     if problem is not None:
         return _fail(node, problem)
     between = f", port {port} open between nodes" if ntasks > 1 else ""
-    runs = f"{sys.executable} runs (torch {torch.__version__}), {args.runs_dir} writable"
+    runs = f"{sys.executable} runs (torch {torch_version}), {args.runs_dir} writable"
     print(f"{OK_LINE} node {node}: {runs}{between}", flush=True)
     return 0
 
