@@ -252,8 +252,9 @@ def needs_network(spec: dict, settings: Settings) -> bool:
 
 def resume_input(spec: dict, settings: Settings) -> tuple[Path, ...]:
     """The checkpoint a job resumes from, when it lies in another run of this runs dir (`rankzero resume`, a
-    clone): shown read-only in the sandbox, the one file of another run it sees. The API confines resume_from
-    to the runs dir at submit; a path outside it (or missing) is not shown, and the trainer says so."""
+    clone): shown read-only in the sandbox, the one file of another run it sees. `resume_from` is its key
+    (relative to the runs dir) or the local path worker/resume_fetch.py provided before the launch (which
+    failed the job, saying why, when it could not); a path outside the runs dir (or missing) is not shown."""
     given = spec.get("resume_from")
     if not isinstance(given, str) or not given:
         return ()
