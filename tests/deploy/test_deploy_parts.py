@@ -57,7 +57,8 @@ def test_compose_file_fixes() -> None:
     assert "name" not in compose  # the project is the folder's name, or -p (docs/deploy.md)
     services = compose["services"]
     assert [n for n, s in services.items() if "build" in s] == ["migrate"]  # the image is built once
-    assert {s.get("image") for n, s in services.items() if n in ("migrate", "api", "worker")} == {"rankzero:latest"}
+    images = {s.get("image") for n, s in services.items() if n in ("migrate", "api", "worker")}
+    assert images == {"${RANKZERO_IMAGE:-rankzero:latest}"}
     worker = services["worker"]
     assert worker["environment"]["RANKZERO_GPUS"] == "${RANKZERO_GPUS:-all}"  # unset or empty: every GPU
     assert "memlock" not in worker.get("ulimits", {})
