@@ -119,7 +119,7 @@ def _service(snap: Snapshot) -> Iterator[Metric]:
 def _job_seconds(snap: Snapshot) -> Iterator[Metric]:
     seconds = CounterMetricFamily(
         "rankzero_job_seconds",
-        "Jobs' wall time by user, pool and where it went (queued, starting, training, checkpointing, "
+        "Finished jobs' wall time by user, pool and where it went (queued, starting, training, checkpointing, "
         "lost_to_restarts, stopped; docs/know-why.md).",
         labels=["user", "pool", "part"],
     )

@@ -53,7 +53,7 @@ class Snapshot:
     deliveries: dict[str, int]  # notification delivery state → count
     scheduler_lease_age_s: float | None  # since the active scheduler last renewed its lease
     # (user, pool, part) → seconds of wall time (core/time_breakdown.py PARTS): finished jobs' kept
-    # breakdowns summed by the database, plus each unfinished job's so far (at most MAX_JOB_SERIES of them).
+    # breakdowns, summed by the database.
     job_seconds: dict[tuple[str, str, str], float] = field(default_factory=dict)
     now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
@@ -102,7 +102,7 @@ def read(engine: Engine, hosts: list[HostPublic]) -> Snapshot:
             select(col(NotificationDelivery.state), func.count()).group_by(col(NotificationDelivery.state))
         ).all()
         lease = s.execute(select(col(SchedulerLease.renewed_at))).scalar()
-        job_seconds = _job_seconds(s, now)
+        job_seconds = _job_seconds(s)
     return Snapshot(
         jobs=Counter({(JobStatus(st).value, pool or ""): int(n) for st, pool, n in by_status}),
         queued_ages_s={pool or "": max(0.0, (now - _aware(t)).total_seconds()) for pool, t in oldest if t},
@@ -119,8 +119,9 @@ def read(engine: Engine, hosts: list[HostPublic]) -> Snapshot:
     )
 
 
-def _job_seconds(s: Session, now: datetime) -> dict[tuple[str, str, str], float]:
-    """Wall time per user, pool and part: finished jobs summed in SQL, unfinished ones computed to now."""
+def _job_seconds(s: Session) -> dict[tuple[str, str, str], float]:
+    """Finished jobs' wall time per user, pool and part, summed by the database from the breakdown each kept
+    at its end: one aggregate query, and a counter that only grows (a live job's is in its REST detail)."""
     kept = col(Job.time_breakdown)
     owner = select(col(User.name)).where(col(User.id) == col(Job.owner_id)).scalar_subquery()
     finished = s.execute(
@@ -132,11 +133,4 @@ def _job_seconds(s: Session, now: datetime) -> dict[tuple[str, str, str], float]
     for user, pool, *seconds in finished:
         for part, value in zip(time_breakdown.PARTS, seconds, strict=True):
             out[(user or "", pool or "", part)] += float(value or 0.0)
-    live = s.scalars(
-        select(Job).where(col(Job.status).notin_(list(TERMINAL))).order_by(col(Job.id)).limit(MAX_JOB_SERIES)
-    ).all()
-    names = dict(s.execute(select(col(User.id), col(User.name))).all()) if live else {}
-    for job in live:
-        for part, value in time_breakdown.load(s, job, now).parts.items():
-            out[(names.get(job.owner_id, ""), job.queue or "", part)] += value
     return dict(out)
