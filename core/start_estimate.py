@@ -77,7 +77,7 @@ def estimate(capacity: int, holders: Sequence[Holder], queued: Sequence[Queued])
     after: int | None = None  # the job whose end freed the last units it took
     for position, q in enumerate(queued, start=1):
         if q.units > capacity:
-            out.append(Estimate(q.job_id, position, None, f"needs {q.units} units; the pool has {capacity}"))
+            out.append(Estimate(q.job_id, position, None, f"needs {q.units} of the pool's {capacity} units at once"))
             continue
         while free < q.units and ends and ends[0][0] < math.inf:
             end, job_id, units = heapq.heappop(ends)

@@ -45,7 +45,7 @@ CASES = [
         2,
         [],
         [Q(10, 3, None), Q(11, 2, None)],
-        [(10, 1, None, "the pool has 2"), (11, 2, 0.0, "free")],
+        [(10, 1, None, "pool's 2 units"), (11, 2, 0.0, "free")],
     ),
     ("a finished ETA is now", 1, [H(1, 1, -3.0)], [Q(10, 1, None)], [(10, 1, 0.0, "job 1")]),
 ]
