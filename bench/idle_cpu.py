@@ -114,6 +114,7 @@ class Up:
         tmp: Path,
         trainer_module: str | None = "tests.support.fake_trainer",
         database_url: str | None = None,
+        extra_env: dict[str, str] | None = None,
     ) -> None:
         self.repo, self.tmp, self.port = repo, tmp, free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("RANKZERO_")}
@@ -129,6 +130,7 @@ class Up:
             env["RANKZERO_DATABASE_URL"] = database_url
         if trainer_module is not None:  # None: the real trainer (bench/worker_cpu.py)
             env["RANKZERO_TRAINER_MODULE"] = trainer_module
+        env |= extra_env or {}
         self.log = open(tmp / "up.log", "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "up", "--port", str(self.port)],
