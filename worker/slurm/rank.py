@@ -80,6 +80,17 @@ def rank_environment(environ: dict[str, str] | os._Environ[str]) -> dict[str, st
     return out
 
 
+def script_resume_env(run_dir: str) -> dict[str, str]:
+    """RANKZERO_RESUME_FROM (rankzero/env.py) for a script: the checkpoint its spec resumes from, as
+    worker/slurm/prepare.py resolved it in the shared runs dir for this attempt (the hosts worker's
+    `script_job_env`); without it `rankzero.load_checkpoint()` would start a resumed job from scratch."""
+    import json
+
+    with open(os.path.join(run_dir, "spec.json")) as fh:
+        given = json.load(fh).get("resume_from")
+    return {"RANKZERO_RESUME_FROM": given} if isinstance(given, str) and given else {}
+
+
 def _write_error_file(exc: BaseException) -> None:
     """torchrun's error file for a script's exception (the built-in trainer's @record writes its own)."""
     import json
@@ -105,6 +116,7 @@ def _run_script(run_dir: str) -> int:
 
     with open(os.path.join(run_dir, LAUNCH_FILE)) as fh:
         launch = json.load(fh)
+    os.environ.update(script_resume_env(run_dir))
     argv, cwd = [str(a) for a in launch["argv"]], str(launch["cwd"])
     os.chdir(cwd)
     if _stop_requested:
