@@ -47,6 +47,7 @@ _SESSION_KEY_LABEL = b"rankzero/session-cookie/v2"
 _KNOWN_TTL_S = 30.0
 _KNOWN_MAX = 4096
 _known_tokens: dict[str, float] = {}
+_token_users: dict[str, int] = {}  # sha256 of a user's token seen valid → her id (the per-user stream cap)
 
 AuthMethod = Literal["bearer", "session"]
 
@@ -86,14 +87,17 @@ def bearer_principal(given: str, settings: Settings) -> Principal | None:
             return users.first_admin(db)
         who = users.authenticate(db, given)
     if who is not None:
-        _remember(given)
+        _remember(given, who.user_id)
     return who
 
 
-def _remember(token: str) -> None:
+def _remember(token: str, user_id: int | None = None) -> None:
     if len(_known_tokens) >= _KNOWN_MAX:
         _known_tokens.clear()
+        _token_users.clear()
     _known_tokens[users.token_sha256(token)] = monotonic() + _KNOWN_TTL_S
+    if user_id is not None:
+        _token_users[users.token_sha256(token)] = user_id
 
 
 def bearer_known(given: str, settings: Settings) -> bool:
@@ -110,6 +114,21 @@ def bearer_known(given: str, settings: Settings) -> bool:
 def forget_tokens() -> None:
     """After a revocation: the pre-checks read the table again."""
     _known_tokens.clear()
+    _token_users.clear()
+
+
+def bearer_user_id(given: str, settings: Settings) -> int | None:
+    """Cheap, for the per-user caps run before a route (api/client_limits.py): whose token this is (the first
+    admin's for the server token, a cache hit for a user's token seen valid lately, else its row), or None."""
+    given = given.strip()
+    if token_matches(given, settings.token()):
+        return users.FIRST_ADMIN_ID
+    sha = users.token_sha256(given)
+    until = _known_tokens.get(sha)
+    if until is not None and until > monotonic() and sha in _token_users:
+        return _token_users[sha]
+    who = bearer_principal(given, settings)
+    return who.user_id if who is not None else None
 
 
 # --- dashboard sessions -----------------------------------------------------------------------------------
