@@ -86,8 +86,11 @@ def script_resume_env(run_dir: str) -> dict[str, str]:
     `script_job_env`); without it `rankzero.load_checkpoint()` would start a resumed job from scratch."""
     import json
 
-    with open(os.path.join(run_dir, "spec.json")) as fh:
-        given = json.load(fh).get("resume_from")
+    try:  # prepare writes it before srun; a rank started without it has nothing to resume
+        with open(os.path.join(run_dir, "spec.json")) as fh:
+            given = json.load(fh).get("resume_from")
+    except FileNotFoundError:
+        return {}
     return {"RANKZERO_RESUME_FROM": given} if isinstance(given, str) and given else {}
 
 
