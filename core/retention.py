@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from sqlalchemy import text
+from sqlalchemy import DateTime, bindparam, text
 from sqlmodel import Session
 
 from core import audit, metric_rollup
@@ -78,14 +78,12 @@ def log_keep_from(size: int, tail_bytes: int) -> int:
 
 def _candidates(session: Session, before: datetime, action: str, limit: int) -> list[int]:
     """Jobs that finished before `before` and were not yet done by `action`, oldest first."""
-    rows = session.execute(
-        text(
-            "SELECT id FROM jobs WHERE finished_at IS NOT NULL AND finished_at < :before"
-            " AND 'job ' || CAST(id AS VARCHAR(20)) NOT IN (SELECT target FROM audit_events WHERE action = :a)"
-            " ORDER BY finished_at, id LIMIT :n"
-        ),
-        {"before": before, "a": action, "n": limit},
-    ).all()
+    query = text(
+        "SELECT id FROM jobs WHERE finished_at IS NOT NULL AND finished_at < :before"
+        " AND 'job ' || CAST(id AS VARCHAR(20)) NOT IN (SELECT target FROM audit_events WHERE action = :a)"
+        " ORDER BY finished_at, id LIMIT :n"
+    ).bindparams(bindparam("before", type_=DateTime(timezone=True)))  # SQLite: stored as the column stores it
+    rows = session.execute(query, {"before": before, "a": action, "n": limit}).all()
     return [r[0] for r in rows]
 
 

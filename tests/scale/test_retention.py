@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -65,9 +66,10 @@ def _charts(db: Session, job_id: int) -> dict[tuple[str, int, int | None, int | 
 
 
 @pytest.fixture
-def db(database_url: str) -> Session:
+def db(database_url: str) -> Iterator[Session]:
     upgrade(database_url)
-    return Session(get_engine(database_url))
+    with Session(get_engine(database_url)) as session:  # closed before the database is dropped
+        yield session
 
 
 def test_a_thinned_job_charts_the_same_at_chart_resolution(db: Session) -> None:
