@@ -1,7 +1,8 @@
 """When a queued job will start (issue 38): its position in its pool's queue and an estimated start.
 
 `estimate` is the pure decision: the pool's units (GPUs, or CPU slots) are freed as the jobs holding them
-end (a running job's ETA from its step rate and remaining steps, else what is left of its max_runtime_s),
+end (a running job's steps left at its step rate measured over its last train/loss points, else its
+reported ETA, else what is left of its max_runtime_s),
 and the queued jobs take them in the scheduler's order (core/placement_types.py `queue_order`), each
 starting once enough are free and then holding them for its own max_runtime_s. It is an estimate:
 it pools the units of the pool's hosts (a job that needs them on one host may wait longer), and a
@@ -24,7 +25,7 @@ from sqlmodel import Session, col, select
 
 from core import hosts
 from core.job_state import HOLDING
-from core.tables import Job, JobStatus
+from core.tables import Job, JobStatus, MetricPoint
 
 S = JobStatus
 GPU, SLOT = "gpu", "slot"
@@ -115,10 +116,35 @@ def _placed_units(placement: dict[str, Any]) -> int:
     return sum(len(n.get("gpus") or []) or int(n.get("slots") or 0) for n in nodes if isinstance(n, dict))
 
 
-def _remaining(job: Job, now: float) -> float | None:
-    """A live job's seconds to go: its ETA (steps left at its step rate), else what is left of max_runtime_s."""
-    if job.status == S.running and job.eta_s is not None:
-        return job.eta_s
+RATE_SERIES = "train/loss"  # the built-in trainer's (and the SDK's usual) per-step series
+RATE_STEPS = 50  # its last steps measure a running job's seconds per step
+
+
+def _measured_remaining(session: Session, job: Job, now: float) -> float | None:
+    """Steps left × seconds per step over its last RATE_STEPS points, less the time since its last one: the
+    rate as measured here (a trainer's own ETA may leave out its per-step overhead)."""
+    if job.total_steps is None or job.id is None:
+        return None
+    points = session.exec(
+        select(MetricPoint.step, MetricPoint.time)
+        .where(MetricPoint.job_id == job.id, MetricPoint.name == RATE_SERIES, MetricPoint.step >= job.step - RATE_STEPS)
+        .order_by(col(MetricPoint.step))
+    ).all()
+    if len(points) < 2 or points[-1][0] <= points[0][0] or points[-1][1] <= points[0][1]:
+        return None
+    step_s = (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])
+    return max((job.total_steps - points[-1][0]) * step_s - (now - points[-1][1]), 0.0)
+
+
+def _remaining(session: Session, job: Job, now: float) -> float | None:
+    """A live job's seconds to go: steps left at its measured step rate, else its ETA, else what is left of
+    its max_runtime_s."""
+    if job.status == S.running:
+        measured = _measured_remaining(session, job, now)
+        if measured is not None:
+            return measured
+        if job.eta_s is not None:
+            return job.eta_s
     limit = job.spec.get("max_runtime_s")
     if isinstance(limit, int) and job.started_at is not None:
         started = job.started_at if job.started_at.tzinfo else job.started_at.replace(tzinfo=timezone.utc)
@@ -132,7 +158,7 @@ def _order(job: Job) -> tuple[int, float, int]:
 
 
 def pool_estimates(
-    jobs: Iterable[Job], capacity: dict[str, int], pool_has_gpus: bool, now: float
+    session: Session, jobs: Iterable[Job], capacity: dict[str, int], pool_has_gpus: bool, now: float
 ) -> dict[int, Estimate]:
     """One pool's holding jobs → each unplaced queued job's estimate (per kind of unit)."""
     by_kind: dict[str, tuple[list[Holder], list[Job]]] = {GPU: ([], []), SLOT: ([], [])}
@@ -143,7 +169,7 @@ def pool_estimates(
             waiting.append(job)
         else:
             units = _placed_units(job.placement) if job.placement else _units(job.spec)
-            holders.append(Holder(job.id, units, _remaining(job, now)))
+            holders.append(Holder(job.id, units, _remaining(session, job, now)))
     out: dict[int, Estimate] = {}
     for kind, (holders, waiting) in by_kind.items():
         queued = [
@@ -168,4 +194,4 @@ def load(
     if pool == default_pool:
         in_pool = or_(in_pool, col(Job.queue).is_(None))
     jobs = session.exec(select(Job).where(col(Job.status).in_(list(HOLDING)), in_pool)).all()
-    return pool_estimates(jobs, capacity, capacity[GPU] > 0, when)
+    return pool_estimates(session, jobs, capacity, capacity[GPU] > 0, when)
