@@ -40,7 +40,10 @@ log = logging.getLogger(__name__)
 FINEST = metric_rollup.WIDTHS[0]
 METRICS_ACTION = "retention.metrics"
 LOGS_ACTION = "retention.logs"
-JOBS_PER_PASS = 50  # a pass ends within seconds, so the leader's scheduling never waits long on it
+JOBS_PER_PASS = 50
+# Work a pass does before it hands the leader back to scheduling (checked between jobs); what is left is
+# done by the next calls, one per scheduling pass, until none is: a backlog never holds placement up long.
+PASS_BUDGET_S = 2.0
 WINDOW_STEPS = 1 << 16  # a series is thinned this many steps at a time: one index range of points and rollups
 DELETE_BATCH = 1000
 _WINDOW_ROLLUPS = text(
@@ -174,21 +177,34 @@ def trim_logs(run_dir: Path, tail_bytes: int) -> int:
     return removed
 
 
-def run_once(settings: Settings, now: datetime | None = None) -> dict[str, int]:
-    """One pass, at most JOBS_PER_PASS jobs of each kind: what it did."""
+def run_once(settings: Settings, now: datetime | None = None, budget_s: float | None = None) -> dict[str, int]:
+    """One pass, at most JOBS_PER_PASS jobs of each kind, and no new job once `budget_s` is spent: what it
+    did (`more`: 1 when it stopped with work left)."""
     from trainer.run_dir import job_run_dir
 
     cut = due(settings, now or datetime.now(timezone.utc))
-    done = {"jobs_thinned": 0, "points_removed": 0, "jobs_trimmed": 0, "log_bytes_removed": 0}
+    done = {"jobs_thinned": 0, "points_removed": 0, "jobs_trimmed": 0, "log_bytes_removed": 0, "more": 0}
+    stop_at = time.monotonic() + budget_s if budget_s is not None else None
+
+    def spent() -> bool:
+        if stop_at is not None and time.monotonic() > stop_at:
+            done["more"] = 1
+            return True
+        return False
+
     with Session(get_engine(settings.resolved_database_url)) as session:
         if cut.metrics_before is not None:
             for job_id in _candidates(session, cut.metrics_before, METRICS_ACTION, JOBS_PER_PASS):
+                if spent():
+                    break
                 thinned = thin_metrics(session, job_id)
                 if thinned is not None:
                     done["jobs_thinned"] += 1
                     done["points_removed"] += thinned[1]
         if cut.logs_before is not None:
             for job_id in _candidates(session, cut.logs_before, LOGS_ACTION, JOBS_PER_PASS):
+                if spent():
+                    break
                 run_dir = job_run_dir(settings.resolved_runs_dir, job_id)
                 removed = trim_logs(run_dir, settings.retention_log_tail_kb * 1024)
                 where = "" if run_dir.is_dir() else " (run dir not on the leader's runs storage)"
@@ -204,7 +220,8 @@ _lock = threading.Lock()
 
 
 def run_due(settings: Settings) -> None:
-    """The pass, if RANKZERO_RETENTION_INTERVAL_S has gone by since the last one; never raises (the
+    """A pass of at most PASS_BUDGET_S, if RANKZERO_RETENTION_INTERVAL_S has gone by since the last pass that
+    finished its work (one that stopped with work left goes on at the next call); never raises (the
     scheduler leader calls it between passes, and retention is housekeeping)."""
     global _last_run
     with _lock:
@@ -212,7 +229,10 @@ def run_due(settings: Settings) -> None:
             return
         _last_run = time.monotonic()
     try:
-        done = run_once(settings)
+        done = run_once(settings, budget_s=PASS_BUDGET_S)
+        if done.pop("more"):
+            with _lock:
+                _last_run = 0.0  # a backlog: the next scheduling pass carries on
         if any(done.values()):
             log.info("retention: %s", done)
     except Exception:

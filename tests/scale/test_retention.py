@@ -156,3 +156,17 @@ def test_zero_days_turns_that_part_off(metrics_days: float, logs_days: float) ->
     cut = retention.due(s, NOW)
     assert cut.metrics_before == (NOW - timedelta(days=metrics_days) if metrics_days else None)
     assert cut.logs_before == (NOW - timedelta(days=logs_days) if logs_days else None)
+
+
+def test_a_pass_out_of_budget_leaves_the_rest_to_the_next(db: Session, tmp_path: Path, database_url: str) -> None:
+    """The leader's scheduling waits on a pass at most its budget: past it, no new job is started, and the
+    pass says work is left (the next scheduling pass carries on)."""
+    jobs = [insert_job(db, status=JobStatus.succeeded, finished_at=OLD) for _ in range(3)]
+    db.commit()
+    settings = Settings(data_dir=tmp_path, runs_dir=tmp_path / "runs", database_url=database_url)  # pyright: ignore[reportCallIssue]
+
+    spent = retention.run_once(settings, NOW, budget_s=0.0)
+    rest = retention.run_once(settings, NOW, budget_s=60.0)
+
+    assert spent["jobs_thinned"] == 0 and spent["more"] == 1
+    assert rest["jobs_thinned"] == len(jobs) and rest["more"] == 0
