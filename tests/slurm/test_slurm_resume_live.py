@@ -46,3 +46,32 @@ def test_a_job_resumes_another_jobs_checkpoint_by_its_key(agent: Agent) -> None:
     assert job.status is S.failed
     assert "cannot continue from it" in (job.error or ""), job.error
     assert not (run_dir(agent.settings, gone) / "events.jsonl").exists()
+
+
+RESUMING_SCRIPT = """import rankzero
+checkpoint = rankzero.load_checkpoint()
+print("resumed at", None if checkpoint is None else checkpoint["step"], flush=True)
+"""
+
+
+def test_a_script_job_gets_the_checkpoint_it_resumes_from(agent: Agent, tmp_path: Path) -> None:
+    """RANKZERO_RESUME_FROM reaches a script's ranks on Slurm: its `rankzero.load_checkpoint()` returns the
+    checkpoint the spec names on its first attempt (before, None: a resumed script started from scratch)."""
+    import torch
+
+    from tests.slurm.driving import upload
+
+    key = "job_424242/checkpoints/step_00000003.pt"
+    checkpoint = Path(agent.settings.resolved_runs_dir) / key
+    checkpoint.parent.mkdir(parents=True)
+    torch.save({"step": 3}, checkpoint)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text(RESUMING_SCRIPT)
+    spec = {"name": "script-resumed", "nproc": 1, "code": upload(agent.settings, project), "entrypoint": "train.py",
+            "resume_from": key}  # fmt: skip
+    job_id = submit(agent, spec)
+    job = drive(agent, job_id, lambda j: j.status in TERMINAL)
+    assert job.status is S.succeeded, job.error
+    out = (run_dir(agent.settings, job_id) / "logs" / "attempt_1" / "0" / "stdout.log").read_text()
+    assert "resumed at 3" in out, out

@@ -83,8 +83,10 @@ def prepare(run_root: Path, attempt: int, ranks: int, script: bool) -> None:
     tmp = run.spec.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(spec, indent=2))
     tmp.replace(run.spec)
-    if spec.get("resume_from"):
-        print(f"rankzero: attempt {attempt} resumes from {spec['resume_from']}", flush=True)
+    resume = spec.get("resume_from")
+    if resume:  # its own checkpoint by name (the tests and the requeue story read it), another job's by path
+        said = Path(resume).name if Path(resume).parent == run.checkpoints.resolve() else resume
+        print(f"rankzero: attempt {attempt} resumes from {said}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
