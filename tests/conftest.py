@@ -15,8 +15,6 @@ import tempfile
 
 import pytest
 
-from tests.support import parallel
-
 pytest_plugins = [
     "tests.support.databases",
     "tests.support.settings",
@@ -98,4 +96,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         markers = {mark.name for mark in item.iter_markers()}
         if "slow" not in markers and is_slow(item.nodeid, fixtures, markers):
             item.add_marker(pytest.mark.slow)
+    from tests.support import parallel  # here, not at the top: pytest_plugins loads it (and rewrites its asserts)
+
     parallel.arrange(config, items)

@@ -7,8 +7,8 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
-from api.models import JobDetail, JobPublic, TransitionPublic
-from core import jobs
+from api.models import JobDetail, JobPublic, TimeBreakdown, TransitionPublic
+from core import jobs, time_breakdown
 from core.tables import Job, JobStatus, JobTransition
 
 
@@ -46,6 +46,8 @@ def test_show_body_is_job_detail(client: TestClient, spec: dict, db: Session) ->
     want = JobDetail(
         **JobPublic.from_row(job, {job.owner_id: "admin"}).model_dump(),
         transitions=[TransitionPublic.from_row(t) for t in transitions],
+        # Kept on the row at its terminal transition (core/time_breakdown.py), so the same at every read.
+        time_breakdown=TimeBreakdown(**time_breakdown.load(db, job).as_dict()),
     )
     r = client.get(f"/api/jobs/{job_id}")
     assert r.status_code == 200 and r.headers["content-type"] == "application/json"
