@@ -24,8 +24,10 @@ if mode == "disk":
         for _ in range(3):
             fh.write(os.urandom(1 << 20))
 elif mode == "series":
-    for i in range(60):
-        print(f"metric_{i}: {i}.5", flush=True)
+    # Each of 60 keys on several lines: the console reader makes a series only of a key that repeats.
+    for r in range(4):
+        for i in range(60):
+            print(f"metric_{i}: {r}.5", flush=True)
     time.sleep(2)
     sys.exit(0)
 elif mode == "longline":
