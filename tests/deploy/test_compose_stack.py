@@ -46,7 +46,7 @@ SPEC: dict[str, Any] = {
     "name": "compose-ddp",
     "nproc": 2,
     "device": "cpu",
-    "max_steps": 900,
+    "max_steps": 2000,  # long enough that `stop worker` lands mid-run on a loaded machine
     "batch_size": 16,
     "log_every": 10,
     "eval_every": 1000,
