@@ -7,7 +7,7 @@ import hashlib
 import json
 import os
 import threading
-import time
+from collections.abc import Callable
 
 import httpx
 from fastapi.testclient import TestClient
@@ -18,6 +18,7 @@ from core.db import get_engine
 from core.jobs import transition
 from core.settings import Settings
 from core.tables import Checkpoint, Job, JobStatus, MetricPoint
+from tests.support.jobs import wait
 from trainer.run_dir import job_run_dir
 
 
@@ -96,13 +97,20 @@ def test_stream_emits_status_progress_metrics_checkpoint_end(
     job = make_job(status=JobStatus.queued)
     url = settings.resolved_database_url
 
+    seen: list[tuple[str, dict]] = []  # the stream's events so far, as the reader gets them
+
+    def saw(kind: str, status: str | None = None) -> Callable[[], bool]:
+        return lambda: any(k == kind and (status is None or d["status"] == status) for k, d in list(seen))
+
     def worker_writes() -> None:  # what the worker does, straight into the database
+        # Each write waits until the stream has shown the one before it: on a loaded machine the stream may
+        # open or poll late, and a change made before it looked is not what this test is about.
+        wait(saw("status", "queued"), 60, "the stream's first status")
         with Session(get_engine(url)) as s:
-            time.sleep(0.7)
             transition(s, job.id, JobStatus.starting)
             transition(s, job.id, JobStatus.running)
             s.commit()
-            time.sleep(0.7)
+            wait(saw("status", "running"), 60, "running on the stream")
             s.execute(
                 insert(MetricPoint),
                 [
@@ -114,19 +122,21 @@ def test_stream_emits_status_progress_metrics_checkpoint_end(
             row.step, row.total_steps, row.samples = 5, 20, 640
             s.add(Checkpoint(job_id=job.id, step=5, path="checkpoints/step_00000005.pt", bytes=3, sha256="a" * 64))
             s.commit()
-            time.sleep(0.7)
+            wait(saw("checkpoint"), 60, "the checkpoint on the stream")
             transition(s, job.id, JobStatus.succeeded)
             s.commit()
 
-    writer = threading.Thread(target=worker_writes)
+    writer = threading.Thread(target=worker_writes, daemon=True)
     writer.start()
     lines: list[str] = []
     with httpx.stream("GET", f"{base}/api/jobs/{job.id}/stream", headers=auth_headers, timeout=60) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         for line in r.iter_lines():
             lines.append(line)
-            if line == "" and any(x.startswith("event: end") for x in lines[-4:]):
-                break
+            if line == "":
+                seen[:] = _parse_sse(lines)
+                if seen and seen[-1][0] == "end":
+                    break
     writer.join(timeout=10)
     events = _parse_sse(lines + [""])
     kinds = [k for k, _ in events]
@@ -156,12 +166,18 @@ def test_stream_sends_both_seq_spaces_and_resumes_each(live_api, settings: Setti
                                              "time": 0.0} for q, n, st in rows])  # fmt: skip
             s.commit()
 
-    def read(headers: dict) -> tuple[list[tuple[str, int]], str]:
+    def read(headers: dict, then_write: list[tuple[int, str, int]]) -> tuple[list[tuple[str, int]], str]:
+        """Open the stream, write `then_write` once it has sent its first event (a fresh stream starts at what
+        exists when it opens), and read until three points came."""
         got: list[tuple[str, int]] = []
+        written = False
         with httpx.stream("GET", f"{base}/api/jobs/{job.id}/stream", headers=headers, timeout=60) as r:
             lines: list[str] = []
             for line in r.iter_lines():
                 lines.append(line)
+                if line == "" and not written:
+                    write(then_write)
+                    written = True
                 if line == "" and any(x.startswith("event: metrics") for x in lines[-4:]):
                     events = _parse_sse(lines)
                     got += [(p["name"], p["step"]) for k, d in events if k == "metrics" for p in d]
@@ -172,13 +188,11 @@ def test_stream_sends_both_seq_spaces_and_resumes_each(live_api, settings: Setti
 
     write([(BASE, "sys/rss_mb_total", 0)])
     later = [(0, "train/loss", 1), (1, "train/loss", 2), (BASE + 1, "sys/rss_mb_total", 2)]
-    threading.Timer(0.8, write, args=(later,)).start()
-    got, last_id = read(auth_headers)
+    got, last_id = read(auth_headers, later)
     assert sorted(got) == [("sys/rss_mb_total", 2), ("train/loss", 1), ("train/loss", 2)], got
     assert last_id == f"1:{BASE + 1}"
     later = [(2, "train/loss", 3), (3, "train/loss", 4), (BASE + 2, "sys/rss_mb_total", 4)]
-    threading.Timer(0.8, write, args=(later,)).start()
-    again, _ = read({**auth_headers, "Last-Event-ID": last_id})  # a reconnect resumes both cursors
+    again, _ = read({**auth_headers, "Last-Event-ID": last_id}, later)  # a reconnect resumes both cursors
     assert sorted(again) == [("sys/rss_mb_total", 4), ("train/loss", 3), ("train/loss", 4)], again
 
 

@@ -17,6 +17,7 @@ waiting, opens the FIFO's other end to release it, then fails.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import threading
@@ -96,7 +97,10 @@ def _body(response: Any) -> bytes:
     async def collect() -> bytes:
         return b"".join([chunk async for chunk in response.body_iterator])
 
-    return asyncio.run(collect())
+    # In a thread of its own: an earlier test in this (xdist worker) process may have left an event loop
+    # marked running in the main thread, and asyncio.run refuses to start under one.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, collect()).result()
 
 
 # --- 1. the environment log's tail -----------------------------------------------------------------------
