@@ -89,13 +89,10 @@ def is_slow(node_id: str, fixture_names: set[str], marker_names: set[str]) -> bo
     )
 
 
-@pytest.hookimpl(trylast=True)  # after every other hook that reorders or deselects
+@pytest.hookimpl(tryfirst=True)  # before pytest's own hook deselects by mark (`-m "not slow"`)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         markers = {mark.name for mark in item.iter_markers()}
         if "slow" not in markers and is_slow(item.nodeid, fixtures, markers):
             item.add_marker(pytest.mark.slow)
-    from tests.support import parallel  # here, not at the top: pytest_plugins loads it (and rewrites its asserts)
-
-    parallel.arrange(config, items)

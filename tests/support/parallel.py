@@ -131,6 +131,11 @@ def _is_xdist_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
+@pytest.hookimpl(trylast=True)  # after the slow tier is marked and `-m` has deselected
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    arrange(config, items)
+
+
 def arrange(config: pytest.Config, items: list[pytest.Item]) -> None:
     """On each worker of a `--dist loadgroup` run: decide every test's group, write them where the controller's
     scheduler reads them (`GROUPS_ENV`), and order the tests longest unit first. (pytest 9 derives a test's id
