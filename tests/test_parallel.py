@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.parallel import folder_table, order_units, report_test_id, work_group
+from tests.support.parallel import folder_table, order_units, work_group
 
 
 @pytest.mark.parametrize(
@@ -47,19 +47,6 @@ def test_longest_units_start_first_and_stay_together() -> None:
 def test_ties_keep_collection_order() -> None:
     units = [("x::1", "x::1", False), ("y::1", "y::1", False)]
     assert order_units(units, {}) == ["x::1", "y::1"]
-
-
-@pytest.mark.parametrize(
-    ("reported", "test"),
-    [
-        ("tests/a.py::t@docker", "tests/a.py::t"),
-        ("tests/a.py::t[x]@tests/a.py", "tests/a.py::t[x]"),
-        ("tests/a.py::t[a@b]", "tests/a.py::t[a@b]"),
-        ("tests/a.py::t", "tests/a.py::t"),
-    ],
-)
-def test_reported_ids_lose_the_group_suffix(reported: str, test: str) -> None:
-    assert report_test_id(reported) == test
 
 
 def test_folder_table_sums_per_folder() -> None:

@@ -23,10 +23,10 @@ from core.jobs import transition
 from core.settings import Settings
 from core.tables import JobStatus, MetricPoint
 from tests.support.commands import RANKZERO, ROOT
-from tests.support.deadlines import deadline_in
 from tests.support.jobs import DIGITS_SPEC
 from tests.support.ports import free_port
 from tests.support.procs import MARKER_ENV, end_everything, new_marker
+from tests.support.services import wait_api_healthy
 from tests.support.settings import API_TOKEN, settings_env
 
 pytestmark = pytest.mark.postgres
@@ -50,26 +50,13 @@ def two_apis(tmp_path: Path, api_settings, pg_url: str) -> Iterator[tuple[Settin
         bases.append(f"http://127.0.0.1:{port}")
     try:
         for n, base in enumerate(bases):
-            _wait_healthy(base, procs[n], tmp_path / f"api{n}.log")
+            wait_api_healthy(base, [procs[n]], tmp_path / f"api{n}.log")
         yield settings, bases
     finally:
         for proc in procs:
             proc.kill()
             proc.wait(timeout=30)
         end_everything(marker)
-
-
-def _wait_healthy(base: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = deadline_in(90)
-    while True:
-        try:
-            if httpx.get(f"{base}/api/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise AssertionError(f"the API at {base} did not come up:\n{log.read_text()[-3000:]}")
-        time.sleep(0.2)
 
 
 def _events(base: str, job_id: int, headers: dict[str, str]) -> list[tuple[str, str]]:

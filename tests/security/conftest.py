@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.support.attack import TOKEN, Server, sign_in
 from tests.support.commands import ROOT
-from tests.support.deadlines import deadline_in
 from tests.support.ports import free_port
 from tests.support.procs import stop_group
+from tests.support.services import wait_api_healthy
 from tests.support.settings import settings_env
 
 
@@ -69,16 +67,7 @@ def served_api(api_settings: Callable[..., Any], tmp_path: Path) -> Iterator[Cal
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
         procs.append(proc)
         base = f"http://127.0.0.1:{settings.port}"
-        deadline = deadline_in(60)
-        while True:
-            try:
-                if httpx.get(f"{base}/api/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the API did not come up on {base}: {log_path.read_text()[-2000:]}")
-            time.sleep(0.1)
+        wait_api_healthy(base, [proc], log_path, 60)
         served = ServedApi(base, settings)
         served.proc = proc
         return served

@@ -215,15 +215,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 _SECONDS: dict[str, float] = defaultdict(float)
 
 
-def report_test_id(node_id: str) -> str:
-    """A report's test id without the `@group` suffix xdist adds to grouped tests."""
-    head, at, group = node_id.rpartition("@")
-    return head if at and "]" not in group and "::" not in group else node_id
-
-
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     # On the controller (or a run without xdist): every phase of every test, whichever worker ran it.
-    _SECONDS[report_test_id(report.nodeid)] += float(report.duration)
+    _SECONDS[report.nodeid] += float(report.duration)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:

@@ -227,17 +227,23 @@ class WebService:
 
     def wait_healthy(self, timeout: float = 90) -> None:
         assert self.log is not None
-        deadline = deadline_in(timeout)
-        while True:
-            try:
-                if httpx.get(f"{self.base}/api/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            dead = [p for p in self.procs if p.poll() is not None]
-            if dead or time.monotonic() > deadline:
-                raise RuntimeError(f"the service did not come up; its log:\n{self.log.read_text()[-4000:]}")
-            time.sleep(0.3)
+        wait_api_healthy(self.base, self.procs, self.log, timeout)
+
+
+def wait_api_healthy(base: str, procs: list[subprocess.Popen[bytes]], log: Path, timeout: float = 90) -> None:
+    """Wait until the API at `base` answers /api/health, failing with the tail of its log as soon as one of
+    `procs` (the processes serving it) has died, or at the (scaled) deadline."""
+    deadline = deadline_in(timeout)
+    while True:
+        try:
+            if httpx.get(f"{base}/api/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        dead = [p for p in procs if p.poll() is not None]
+        if dead or time.monotonic() > deadline:
+            raise RuntimeError(f"the API at {base} did not come up; its log:\n{log.read_text()[-4000:]}")
+        time.sleep(0.2)
 
 
 def _cli_has_up() -> bool:
