@@ -9,13 +9,13 @@ import os
 import secrets
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
 
 from tests.support.commands import RANKZERO
 from tests.support.ports import free_port
+from tests.support.services import wait_api_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,15 +31,7 @@ def test_the_server_token_is_not_in_the_apis_log(tmp_path: Path) -> None:
         proc = subprocess.Popen([RANKZERO, "api"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
                                 start_new_session=True)  # fmt: skip
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.3)
+        wait_api_healthy(f"http://127.0.0.1:{port}", [proc], log_path, 90)
         me = httpx.get(f"http://127.0.0.1:{port}/api/me", headers={"Authorization": f"Bearer {token}"}, timeout=10)
         assert me.status_code == 200, me.text
         httpx.get(f"http://127.0.0.1:{port}/api/me", headers={"Authorization": f"Bearer {token}x"}, timeout=10)
