@@ -51,6 +51,11 @@ class JobPublic(BaseModel):
     exit_code: int | None
     global_batch_size: int
     priority: int = 0
+    pool: str | None = Field(
+        None,
+        description="The pool it runs in (its spec's `pool`, else the server's RANKZERO_QUEUE at submit); null "
+        "for a job submitted before pools were recorded.",
+    )
     pending_reason: str | None = Field(None, description="Why a queued job waits (the scheduler's words).")
     placement: JobPlacement | None = Field(
         None, description="Where the scheduler put the job (null while it waits unplaced, and once it ended)."
@@ -113,6 +118,7 @@ class JobPublic(BaseModel):
             exit_code=job.exit_code,
             global_batch_size=global_batch,
             priority=job.priority or 0,
+            pool=job.queue,
             # A Slurm pool's job waits in Slurm's queue while `starting`: Slurm's reason, in words (worker/slurm/).
             pending_reason=job.pending_reason if job.status in (JobStatus.queued, JobStatus.starting) else None,
             placement=_public_placement(job),

@@ -15,9 +15,9 @@ import re
 from sqlalchemy import func, select
 from sqlmodel import Session, col
 
-from core import artifacts, bundles, capacity, code_policy, resume_source
+from core import artifacts, bundles, capacity, code_policy, pools, resume_source
 from core.artifacts import keys
-from core.backends import BackendKind, backend_of_pool
+from core.backends import BackendKind
 from core.db import get_engine
 from core.paths import UnsafePath, inside_dataset_roots, inside_runs_dir
 from core.settings import Settings
@@ -224,10 +224,28 @@ def check_data_paths(spec: JobSpec, settings: Settings) -> JobSpec:
     return spec.model_copy(update={"data": data})
 
 
-def check_capacity(spec: JobSpec, settings: Settings) -> None:
-    if backend_of_pool(settings.queue, settings) is BackendKind.slurm:
-        return  # a Slurm pool has no hosts of rankzero's: Slurm decides what fits (docs/slurm.md)
-    reason = capacity.check_fits(spec, settings)
+def check_pool(spec: JobSpec, settings: Settings, known: pools.Pools | None = None) -> JobSpec:
+    """Return the spec with `pool` set to the pool it runs in (its own, else the API's RANKZERO_QUEUE); a pool
+    that does not exist is refused, naming those that do (core/pools.py)."""
+    known = known or pools.load(get_engine(settings.resolved_database_url), settings)
+    try:
+        pool = pools.resolve(spec.pool, known)
+    except pools.UnknownPool as exc:
+        raise SpecRefused(("body", "pool"), str(exc)) from None
+    return spec if spec.pool == pool else spec.model_copy(update={"pool": pool})
+
+
+def check_capacity(spec: JobSpec, settings: Settings, known: pools.Pools | None = None) -> None:
+    """Capacity per pool: a hosts pool's jobs against that pool's hosts; a Slurm pool's nnodes against its
+    partition's nodes as its agent last saw them (Slurm decides the rest, docs/slurm.md)."""
+    known = known or pools.load(get_engine(settings.resolved_database_url), settings)
+    pool = spec.pool or settings.queue
+    if known.backend(pool) is BackendKind.slurm:
+        reason = pools.slurm_fit_refusal(spec, known.slurm[pool])
+        if reason:
+            raise SpecRefused(("body", "nnodes"), reason)
+        return
+    reason = capacity.check_fits(spec, settings, pool)
     if reason:
         field = "nnodes" if spec.nnodes > 1 and "nnodes" in reason else "nproc"
         raise SpecRefused(("body", field), reason)
@@ -247,8 +265,12 @@ def cpu_rank_limit(settings: Settings) -> int:
     return settings.max_cpu_ranks or os.cpu_count() or 1
 
 
-def check_cpu_ranks(spec: JobSpec, settings: Settings) -> None:
-    if capacity.gpus_needed(spec, capacity.largest_gpu_count(settings)) != 0:
+def check_cpu_ranks(spec: JobSpec, settings: Settings, known: pools.Pools | None = None) -> None:
+    known = known or pools.load(get_engine(settings.resolved_database_url), settings)
+    pool = spec.pool or settings.queue
+    if known.backend(pool) is BackendKind.slurm and settings.max_cpu_ranks is None:
+        return  # the ranks take the cluster's cores, not this host's: only an explicit RANKZERO_MAX_CPU_RANKS binds
+    if capacity.gpus_needed(spec, capacity.largest_gpu_count(settings, pool)) != 0:
         return  # a GPU job: check_capacity compares nproc with the GPUs
     limit = cpu_rank_limit(settings)
     smallest = spec.min_nproc or spec.nproc  # elastic fit starts with what a host has
@@ -350,8 +372,10 @@ def apply(spec: JobSpec, settings: Settings) -> JobSpec:
     spec = check_resume_from(spec, settings)
     check_resume_fits(spec, settings)
     spec = check_data_paths(spec, settings)
-    check_capacity(spec, settings)
-    check_cpu_ranks(spec, settings)
+    known = pools.load(get_engine(settings.resolved_database_url), settings)
+    spec = check_pool(spec, settings, known)
+    check_capacity(spec, settings, known)
+    check_cpu_ranks(spec, settings, known)
     check_loader_and_batch(spec, settings)
     check_sizes(spec, settings)
     check_quota(settings)  # last: a spec the server would refuse anyway is told so, not to wait

@@ -103,28 +103,36 @@ def status_text(status: str) -> Text:
 
 def jobs_table(items: list[dict[str, Any]], width: int = 80) -> Table:
     """Fits `width` columns: id, status, step, loss and created keep their full width (the id is what every
-    other command takes; a cut number reads as another number); name and strategy give way."""
+    other command takes; a cut number reads as another number); name and strategy give way. The pool column
+    shows whenever the jobs are of more than one pool, and otherwise when it fits without cutting a name."""
     from rich import box
     from rich.table import Table
 
-    headers = ("id", "name", "status", "strategy", "step", "loss", "created")
+    headers = ("id", "name", "status", "pool", "strategy", "step", "loss", "created")
     rows = [
-        (str(j["id"]), str(j["name"]), str(j["status"]), str(j.get("strategy") or ""), steps(j),
-         number(j.get("latest_loss")), local_time(j.get("created_at"), short=True))
+        (str(j["id"]), str(j["name"]), str(j["status"]), str(j.get("pool") or ""), str(j.get("strategy") or ""),
+         steps(j), number(j.get("latest_loss")), local_time(j.get("created_at"), short=True))
         for j in items
     ]  # fmt: skip
     widest = [max([len(r[i]) for r in rows] + [len(h)]) for i, h in enumerate(headers)]
-    name_w, strategy_w = give_way(width - table_overhead(len(headers)) - sum(widest[i] for i in (0, 2, 4, 5, 6)),
-                                  min(widest[1], 24), min(widest[3], 12))  # fmt: skip
+    fixed = width - sum(widest[i] for i in (0, 2, 5, 6, 7))
+    wanted = min(widest[1], 24) + min(widest[4], 12)
+    pool_w = min(widest[3], 16)
+    with_pool = len({r[3] for r in rows}) > 1 or fixed - table_overhead(8) - pool_w >= wanted
+    room = fixed - table_overhead(8 if with_pool else 7) - (pool_w if with_pool else 0)
+    name_w, strategy_w = give_way(room, min(widest[1], 24), min(widest[4], 12))
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
     table.add_column("id", justify="right", no_wrap=True, min_width=widest[0])
     table.add_column("name", overflow="ellipsis", no_wrap=True, max_width=name_w)
     table.add_column("status", no_wrap=True, min_width=widest[2])
+    if with_pool:
+        table.add_column("pool", overflow="ellipsis", no_wrap=True, max_width=pool_w)
     table.add_column("strategy", overflow="ellipsis", no_wrap=True, max_width=strategy_w)
-    for i, name in ((4, "step"), (5, "loss"), (6, "created")):
+    for i, name in ((5, "step"), (6, "loss"), (7, "created")):
         table.add_column(name, justify="left" if name == "created" else "right", no_wrap=True, min_width=widest[i])
     for r in rows:
-        table.add_row(text(r[0]), text(r[1]), status_text(r[2]), *(text(v) for v in r[3:]))
+        rest = r[3:] if with_pool else r[4:]
+        table.add_row(text(r[0]), text(r[1]), status_text(r[2]), *(text(v) for v in rest))
     return table
 
 
@@ -143,7 +151,8 @@ def give_way(room: int, first: int, second: int, least: int = 4) -> tuple[int, i
 
 
 SHOW_FIELDS: tuple[tuple[str, str], ...] = (
-    ("id", "id"), ("name", "name"), ("owner", "submitted by"), ("status", "status"), ("strategy", "strategy"),
+    ("id", "id"), ("name", "name"), ("owner", "submitted by"), ("status", "status"), ("pool", "pool"),
+    ("strategy", "strategy"),
     ("global_batch_size", "global batch"), ("attempt", "attempt"), ("worker_host", "worker"),
     ("backend_job_id", "Slurm job"), ("backend_partition", "partition"), ("backend_nodes", "nodes"),
     ("backend_state_words", "Slurm says"),

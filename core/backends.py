@@ -7,9 +7,10 @@ dashboard, the CLI); a backend only runs a job's ranks and tells how they are do
   (worker/scheduler.py) gang-places queued rows and each node's worker (worker/node_zero.py) launches
   torchrun. Submitting is inserting the queued row; polling is reading rows (the supervisors write
   them); cancel, preemption and requeue are row writes the supervisors act on (`HostsBackend`).
-- `slurm` (docs/slurm.md): a pool named by RANKZERO_SLURM_POOL is handed to an existing Slurm cluster
-  by `rankzero slurm-agent` (worker/slurm/): one batch script per job, `sbatch`, one batched `squeue`
-  per period, `scancel`; rankzero places nothing there (`SlurmBackend`, worker/slurm/backend.py).
+- `slurm` (docs/slurm.md): a pool named by an agent's RANKZERO_SLURM_POOL is handed to an existing Slurm
+  cluster by `rankzero slurm-agent` (worker/slurm/): one batch script per job, `sbatch`, one batched `squeue`
+  per period, `scancel`; rankzero places nothing there (`SlurmBackend`, worker/slurm/backend.py). The agent
+  registers its pool, so every API and scheduler knows it (core/pools.py: which pools exist, and their backend).
 
 A Kubernetes backend (Kubeflow Trainer's TrainJob for the gang, Kueue for admission and quota) would
 be a third implementation of `Backend`: submit = create the TrainJob, poll = one list call with a label
@@ -31,7 +32,6 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
 from core import jobs
-from core.settings import Settings
 from core.tables import Job, JobStatus
 from trainer.run_dir import RunDir
 
@@ -39,13 +39,6 @@ from trainer.run_dir import RunDir
 class BackendKind(str, enum.Enum):
     hosts = "hosts"
     slurm = "slurm"
-
-
-def backend_of_pool(pool: str | None, settings: Settings) -> BackendKind:
-    """Which backend runs a job of `pool` (a job's `queue`; None: the default pool)."""
-    if settings.slurm_pool is not None and pool == settings.slurm_pool:
-        return BackendKind.slurm
-    return BackendKind.hosts
 
 
 class StopKind(str, enum.Enum):

@@ -1,4 +1,4 @@
-"""Can any host ever run this job? The API calls `check_fits` at submit to refuse the impossible.
+"""Can any host of the job's pool ever run it? The API calls `check_fits` at submit to refuse the impossible.
 
 The hosts table (core/hosts.py: every worker registers its host's GPUs and CPU slots) is the
 answer; the rules are the scheduler's own (core/placement.py `never_fits`). With no host
@@ -34,21 +34,20 @@ def host_gpus(settings: Settings) -> list[str]:
     return detect_gpus()
 
 
-def _known_hosts(settings: Settings) -> list:
+def _known_hosts(settings: Settings, pool: str) -> list:
     from core import hosts, placement
     from core.db import get_engine
 
     rows = hosts.read_all(get_engine(settings.resolved_database_url), settings.resolved_stale_after_s)
     views = [h.view() for h in rows]  # draining hosts count at submit: they may come back
-    if not any(v.pool == settings.queue for v in views):
-        # Nobody registered for this pool yet: this host stands in (CPU slots unbounded here; the
-        # submit limits cap CPU ranks).
+    if pool == settings.queue and not any(v.pool == pool for v in views):
+        # Nobody registered for the default pool yet: this host stands in (CPU slots unbounded here; the
+        # submit limits cap CPU ranks). Any other pool exists only once a host registered for it (core/pools.py).
         views.append(
             placement.HostView(
-                name="(this host)", pool=settings.queue, gpus=tuple(host_gpus(settings)), cpu_slots=4096,
-                storage_id="local",
+                name="(this host)", pool=pool, gpus=tuple(host_gpus(settings)), cpu_slots=4096, storage_id="local"
             )
-        )  # fmt: skip
+        )
     return views
 
 
@@ -61,13 +60,16 @@ def gpus_needed(spec: JobSpec, host_gpu_count: int) -> int:
     return spec.nproc
 
 
-def largest_gpu_count(settings: Settings) -> int:
-    """The most GPUs any known host of this pool has."""
-    return max((len(v.gpus) for v in _known_hosts(settings) if v.pool == settings.queue), default=0)
+def largest_gpu_count(settings: Settings, pool: str | None = None) -> int:
+    """The most GPUs any known host of hosts pool `pool` (default: the API's RANKZERO_QUEUE) has."""
+    pool = pool or settings.queue
+    return max((len(v.gpus) for v in _known_hosts(settings, pool) if v.pool == pool), default=0)
 
 
-def check_fits(spec: JobSpec, settings: Settings) -> str | None:
-    """None when some host could run `spec`, else the reason none ever could (and what to change)."""
+def check_fits(spec: JobSpec, settings: Settings, pool: str | None = None) -> str | None:
+    """None when some host of hosts pool `pool` (default: the API's RANKZERO_QUEUE) could run `spec`, else the
+    reason none ever could (and what to change). Only that pool's hosts count: capacity is per pool."""
     from core import placement
 
-    return placement.never_fits(spec, settings.queue, _known_hosts(settings))
+    pool = pool or settings.queue
+    return placement.never_fits(spec, pool, _known_hosts(settings, pool))

@@ -243,6 +243,19 @@ class SlurmNode(SQLModel, table=True):
     seen_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
 
 
+class Pool(SQLModel, table=True):
+    """A Slurm pool, registered by its `rankzero slurm-agent` each period it asks Slurm for the nodes (issue 35):
+    the API takes jobs for it with nothing set on the API. Hosts pools need no row: a pool exists while some
+    host registered for it (`hosts.pool`)."""
+
+    __tablename__ = "pools"  # pyright: ignore[reportAssignmentType]
+
+    name: str = Field(primary_key=True, max_length=100)
+    backend: str = Field(max_length=16)  # core/backends.py BackendKind: "slurm"
+    partition: str | None = Field(default=None, max_length=100)  # where its jobs go unless their spec names one
+    seen_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+
 class SchedulerLease(SQLModel, table=True):
     """Who schedules (one row): a lease the active scheduler renews every pass (worker/scheduler.py).
 

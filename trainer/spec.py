@@ -413,6 +413,13 @@ class JobSpec(StrictModel):
         "accumulation_steps raised so the global batch stays the same and the weights match up to float rounding "
         "(the same sums in another order). One host only.",
     )
+    pool: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9._-]{1,100}$",
+        description="The pool to run in: one whose hosts registered for it (a worker's RANKZERO_QUEUE) or a Slurm "
+        "pool (`rankzero slurm-agent`'s RANKZERO_SLURM_POOL); an unknown name is refused, naming the pools. "
+        "Default: the server's RANKZERO_QUEUE. The stored spec names the pool it was submitted to.",
+    )
     priority: int = Field(0, ge=-1000, le=1000, description="Higher runs first; equal priorities run oldest first.")
     preemptible: bool = Field(
         False, description="May be stopped (checkpointed, requeued, nothing lost) to start a higher-priority job."

@@ -34,8 +34,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlmodel import Session, col
 
-from core import hosts, jobs, placement, queue, retention, team_pass, wake
-from core.backends import BackendKind, backend_of_pool
+from core import hosts, jobs, placement, pools, queue, retention, team_pass, wake
 from core.db import db_now, get_engine, is_lock_timeout, now_sql, wait_for_locks_at_most
 from core.job_state import HOLDING
 from core.placement_record import BadPlacement, JobPlacement, read_placement
@@ -211,6 +210,7 @@ def _read(engine: Engine, settings: Settings) -> _State:
             ).where(col(Job.status).in_(list(HOLDING)))
         ).all()  # fmt: skip
     specs = _SPECS.of(engine, settings.resolved_database_url, [(row[0], row[4]) for row in rows])
+    slurm = pools.slurm_names(engine, settings)  # registered by their agents: nothing to set on this worker
     state.invalid = {  # specs that no longer validate: a queued job holding nothing is refused
         row[0]: why for row in rows if isinstance(why := specs.get(row[0]), str) and row[1] == S.queued and not row[5]
     }
@@ -231,7 +231,7 @@ def _read(engine: Engine, settings: Settings) -> _State:
                 state.orphans.append((job_id, placement_id))
                 continue
             state.usage.append(_usage(job_id, priority, spec, record, owner))
-        elif status == S.queued and backend_of_pool(pool or settings.queue, settings) is BackendKind.slurm:
+        elif status == S.queued and (pool or settings.queue) in slurm:
             continue  # handed to Slurm by `rankzero slurm-agent`: rankzero places nothing there (docs/slurm.md)
         elif status == S.queued and spec is not None:
             state.reasons[job_id] = reason

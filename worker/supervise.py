@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy.engine import Engine
 
-from core import code_policy, jobs
+from core import code_policy, jobs, pools
 from core.db import get_engine
 from core.placement_record import BadPlacement, read_placement
 from core.settings import Settings
@@ -25,6 +25,8 @@ def run_node(job_id: int, node_rank: int, placement_id: str, settings: Settings)
     job = jobs.get_job(engine, job_id)
     if job is None:
         return f"job {job_id}: no such job"
+    if not pools.host_may_run(settings.queue, job.queue):  # a stray message: never run another pool's job
+        return f"job {job_id}: of pool {job.queue!r}, and this host serves pool {settings.queue!r}; nothing to do"
     try:
         placed = read_placement(job) if job.placement_id == placement_id else None
     except BadPlacement as exc:

@@ -89,7 +89,7 @@ def submit_job(
             session,
             spec.name,
             spec.model_dump(mode="json"),
-            settings.queue,
+            spec.pool or settings.queue,  # submit_policy resolved it: the spec's own pool, else the default
             idempotency_key,
             owner_id=who.user_id,
             before_commit=lambda row: audit.record(session, who, "job.submit", f"job {row.id}", row.name),
@@ -186,7 +186,8 @@ def _replay(
             "this Idempotency-Key was used by another user's submit: use a new key (a random UUID) for each job",
         )
     try:
-        incoming = submit_policy.check_resume_from(spec, settings).model_dump(mode="json")
+        incoming = submit_policy.check_pool(submit_policy.check_resume_from(spec, settings), settings)
+        incoming = incoming.model_dump(mode="json")
     except submit_policy.SpecRefused:
         incoming = None
     if incoming != job.spec:

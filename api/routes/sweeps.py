@@ -78,10 +78,11 @@ def create_sweep(spec: SweepSpec, session: SessionDep, settings: SettingsDep, wh
     _check_policy(spec, settings)
     base = spec.job.get("priority", 0)
     check_priority_ceiling(session, who, base if isinstance(base, int) else 0)
+    pool = spec.job.get("pool")  # checked with the corner trials (submit_policy.check_pool): it exists
     row = store.create(
         session,
         spec,
-        settings.queue,
+        pool if isinstance(pool, str) else settings.queue,
         owner_id=who.user_id,
         before_commit=lambda r: audit.record(session, who, "sweep.create", f"sweep {r.id}", r.name),
     )
@@ -220,6 +221,11 @@ def extend_best(
         audit.record(session, who, "job.submit", f"job {made.id}", f"extends the best trial of sweep {sweep_id}")
 
     made = jobs.create(
-        session, checked.name, checked.model_dump(mode="json"), settings.queue, owner_id=who.user_id, before_commit=log
+        session,
+        checked.name,
+        checked.model_dump(mode="json"),
+        checked.pool or settings.queue,
+        owner_id=who.user_id,
+        before_commit=log,
     )
     return JobPublic.from_row(made, {who.user_id: who.name})

@@ -1564,6 +1564,11 @@ export interface components {
             /** @description Where the scheduler put the job (null while it waits unplaced, and once it ended). */
             placement?: components["schemas"]["JobPlacement"] | null;
             /**
+             * Pool
+             * @description The pool it runs in (its spec's `pool`, else the server's RANKZERO_QUEUE at submit); null for a job submitted before pools were recorded.
+             */
+            pool?: string | null;
+            /**
              * Priority
              * @default 0
              */
@@ -1778,6 +1783,11 @@ export interface components {
             /** @description Where the scheduler put the job (null while it waits unplaced, and once it ended). */
             placement?: components["schemas"]["JobPlacement"] | null;
             /**
+             * Pool
+             * @description The pool it runs in (its spec's `pool`, else the server's RANKZERO_QUEUE at submit); null for a job submitted before pools were recorded.
+             */
+            pool?: string | null;
+            /**
              * Priority
              * @default 0
              */
@@ -1951,6 +1961,11 @@ export interface components {
             params?: {
                 [key: string]: string | boolean | number;
             };
+            /**
+             * Pool
+             * @description The pool to run in: one whose hosts registered for it (a worker's RANKZERO_QUEUE) or a Slurm pool (`rankzero slurm-agent`'s RANKZERO_SLURM_POOL); an unknown name is refused, naming the pools. Default: the server's RANKZERO_QUEUE. The stored spec names the pool it was submitted to.
+             */
+            pool?: string | null;
             /**
              * Precision
              * @description fp32; bf16 autocast; fp16 autocast with GradScaler (CUDA only).

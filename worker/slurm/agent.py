@@ -72,6 +72,7 @@ class Agent:
     run: commands.Runner = field(default_factory=commands.Runner)
     watched: dict[int, _Watched] = field(default_factory=dict)
     nodes_at: float = -NODES_EVERY_S  # when `sinfo` last ran (monotonic)
+    registered: bool = False  # the pool is in table `pools` (core/pools.py), as of this agent's first period
     interrupted: dict[int, float] = field(default_factory=dict)  # job → when it was first seen PREEMPTED (monotonic)
     node_failed: dict[int, bool] = field(default_factory=dict)  # job → seen NODE_FAIL/BOOT_FAIL (True), PREEMPTED
     shown: list[tuple[int, int, BackendStatus]] = field(default_factory=list)  # to write at the period's end
@@ -93,6 +94,9 @@ class Agent:
     # --- one period -------------------------------------------------------------------------
 
     def step(self) -> None:
+        if not self.registered:  # before sinfo, which may fail: the API takes the pool's jobs at once
+            rows.register_pool(self.engine, self.pool, self.settings.slurm_partition)
+            self.registered = True
         for job_id in rows.queued(self.engine, self.pool):
             self._submit(job_id)
         live = rows.live(self.engine, self.pool)
@@ -119,7 +123,12 @@ class Agent:
         rows.heartbeat(self.engine, [r.job_id for r in live])
         if time.monotonic() - self.nodes_at >= NODES_EVERY_S:
             self.nodes_at = time.monotonic()
-            rows.replace_nodes(self.engine, self.pool, commands.sinfo(self.run))
+            nodes = commands.sinfo(self.run)
+            rows.replace_nodes(self.engine, self.pool, nodes)
+            # the partition a job goes to unless its spec names one: what the API checks its nnodes against
+            rows.register_pool(
+                self.engine, self.pool, self.settings.slurm_partition or commands.default_partition(nodes)
+            )
 
     # --- submitting -------------------------------------------------------------------------
 

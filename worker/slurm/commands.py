@@ -143,3 +143,8 @@ def parse_sinfo(text: str) -> list[NodeState]:
 def sinfo(run: Runner) -> list[NodeState]:
     """Every node of every partition: its state and why (the hosts page of a Slurm pool)."""
     return parse_sinfo(run(["sinfo", "-h", "-N", "-o", "%N|%P|%T|%E|%c|%G"]))
+
+
+def default_partition(nodes: list[NodeState]) -> str | None:
+    """The cluster's default partition: the one `sinfo` marks with '*' (None when it marks none)."""
+    return next((n.partition.rstrip("*") for n in nodes if n.partition.endswith("*")), None)

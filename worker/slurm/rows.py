@@ -14,10 +14,10 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
 from core import jobs
-from core.backends import BackendStatus
+from core.backends import BackendKind, BackendStatus
 from core.db import now_sql
 from core.job_state import LIVE
-from core.tables import Job, JobStatus, SlurmNode
+from core.tables import Job, JobStatus, Pool, SlurmNode, utcnow
 from trainer.run_dir import job_run_dir
 from worker.slurm.commands import NodeState
 
@@ -137,6 +137,16 @@ def heartbeat(engine: Engine, job_ids: list[int]) -> None:
             .where(col(Job.id).in_(job_ids), col(Job.status).in_(list(LIVE)))
             .values(heartbeat_at=now_sql(conn))
         )
+
+
+def register_pool(engine: Engine, pool: str, partition: str | None) -> None:
+    """The pool exists for every API and scheduler (core/pools.py), its jobs going to `partition` unless their
+    spec names another (None: Slurm's default, not seen yet)."""
+    with Session(engine) as s:
+        row = s.get(Pool, pool) or Pool(name=pool, backend=BackendKind.slurm.value)
+        row.backend, row.partition, row.seen_at = BackendKind.slurm.value, partition, utcnow()
+        s.add(row)
+        s.commit()
 
 
 def replace_nodes(engine: Engine, pool: str, nodes: list[NodeState]) -> None:

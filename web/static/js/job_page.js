@@ -73,7 +73,7 @@ function renderJob(j) {
   // A script job's batch is its own business: the spec's default batch_size says nothing about it.
   const batch = job.global_batch_size && !job.spec?.entrypoint ? `global batch ${fmtInt(job.global_batch_size)}` : null;
   const script = Boolean(job.spec?.entrypoint);
-  const facts = [job.owner ? `submitted by ${job.owner}` : null, job.strategy, batch,
+  const facts = [job.owner ? `submitted by ${job.owner}` : null, job.pool && `pool ${job.pool}`, job.strategy, batch,
     !script && job.spec?.model?.name && `model ${job.spec.model.name}`, !script && job.spec?.data?.name && `data ${job.spec.data.name}`,
     !job.placement && job.worker_host && `on ${job.worker_host}`,
     job.backend_job_id && `Slurm job ${job.backend_job_id}`, job.backend_partition && `partition ${job.backend_partition}`,

@@ -12,7 +12,7 @@ const SECTIONS = [
   ["Strategy", ["nproc", "min_nproc", "nnodes", "accumulation_steps", "batch_size", "sync", "device", "precision", "compile", "sync_batchnorm"]],
   ["Length and evaluation", ["max_steps", "epochs", "log_every", "eval_every"]],
   ["Optimization", ["optimizer", "scheduler", "grad_clip_norm"]],
-  ["Scheduling and limits", ["priority", "preemptible", "memory_limit_mb", "max_restarts", "stall_timeout_s"]],
+  ["Scheduling and limits", ["pool", "priority", "preemptible", "memory_limit_mb", "max_restarts", "stall_timeout_s"]],
   ["Checkpoints and recovery", ["checkpoint", "resume_from"]],
 ];
 
