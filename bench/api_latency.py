@@ -50,7 +50,8 @@ TERMINAL = {"succeeded", "failed", "cancelled"}
 STEPS = 20
 SPEC: dict[str, Any] = {
     "name": "burst",
-    "model": {"name": "mlp", "args": {"step_s": 0.01}},
+    "model": {"name": "mlp"},
+    "params": {"step_s": 0.01},  # the stand-in trainer's pace (tests/support/fake_trainer.py)
     "data": {"name": "digits"},
     "batch_size": 8,
     "max_steps": STEPS,

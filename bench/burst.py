@@ -58,7 +58,7 @@ def _free_port() -> int:
 
 def _spec(i: int, steps: int, step_s: float) -> dict[str, Any]:
     return {
-        "name": f"burst-{i}", "model": {"name": "mlp", "args": {"step_s": step_s}}, "data": {"name": "digits"},
+        "name": f"burst-{i}", "model": {"name": "mlp"}, "params": {"step_s": step_s}, "data": {"name": "digits"},
         "batch_size": 8, "nproc": 1, "max_steps": steps, "device": "cpu",
         "checkpoint": {"every_steps": None, "every_epochs": None},
     }  # fmt: skip

@@ -42,7 +42,8 @@ TOKEN = "rankzero-bench-token-0123456789abcdef0123456789"
 TICK = os.sysconf("SC_CLK_TCK")
 SPEC = {
     "name": "idle-bench",
-    "model": {"name": "mlp", "args": {"step_s": 0.01}},
+    "model": {"name": "mlp"},
+    "params": {"step_s": 0.01},  # the stand-in trainer's pace (tests/support/fake_trainer.py)
     "data": {"name": "digits"},
     "batch_size": 8,
     "max_steps": 3,

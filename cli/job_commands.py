@@ -23,6 +23,7 @@ from cli import views
 from cli.app import TokenOpt, UrlOpt, app, call, client_for, console, err, fail
 from cli.client import Api, CliError
 from cli.console_note import console_words
+from cli.rank_view import rank_lines
 from cli.spec_input import load_spec, with_overrides
 from cli.terminal import for_output
 
@@ -65,28 +66,12 @@ def submit(  # noqa: PLR0913 (one parameter per command-line option)
         body["code"] = call(lambda: upload_code(client, code, console, body.get("entrypoint"), include or ()))
         if notice := requirements_notice(code, body):  # a requirements.txt the spec does not install (issue 28)
             console.print(notice, markup=False, highlight=False)
-    for warning in unknown_model_args(body):
-        err.print(f"warning: {warning}", style="yellow", highlight=False)
     job = call(lambda: client.post("/jobs", json=body))
     _print_queued(job)
     if estimate := job.get("environment_estimate"):  # its own torch: a full environment, this big (issue 28)
         console.print(estimate["note"], markup=False, highlight=False, soft_wrap=True)
     if follow:
         _follow_to_end(client, job["id"])
-
-
-def unknown_model_args(body: dict[str, Any]) -> list[str]:
-    """Args a built-in model does not take (a typo: `hiden`), which its rank refuses once the job starts: said
-    before submitting. A warning, not a refusal: the server decides what it accepts."""
-    from trainer.catalogue import MODELS  # torch-free; a built-in's defaults name every arg it takes
-
-    model = body.get("model") if isinstance(body.get("model"), dict) else None
-    entry = MODELS.get(str(model.get("name", "mlp"))) if model is not None else None
-    args = model.get("args") if model is not None else None
-    if entry is None or not isinstance(args, dict):
-        return []
-    return [f"model {entry.name!r} takes no arg {key!r} (its args: {', '.join(entry.defaults)}); "
-            "its rank will refuse it when the job starts" for key in args if key not in entry.defaults]  # fmt: skip
 
 
 # Stands in for the bundle's digest while the spec is checked before the upload (it is valid as a `code`).
@@ -173,6 +158,8 @@ def show(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
     console.print(views.show_table(job))
     if job.get("error"):
         console.print(views.text(job["error"], "red"), soft_wrap=True)
+    for line in rank_lines(job):  # which rank is stuck (its stacks), which is slow (issue 38)
+        console.print(views.text(line), soft_wrap=True)
     console.print(views.timeline_table(job.get("transitions", [])))
     if (job.get("spec") or {}).get("entrypoint"):  # a script job: what its console gave (issue 36)
         metrics = call(lambda: client_for(url, token).get(f"/jobs/{job_id}/metrics", max_points=10))

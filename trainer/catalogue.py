@@ -13,6 +13,7 @@ builder under the same name (tests/trainer/test_catalogue.py checks both sides a
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -61,6 +62,8 @@ class Builtin:
     numbers (None: not sized, e.g. files on disk); raises ArgError for an arg it cannot read.
     `path_arg`: the arg that names a folder it reads (confined to the data set folders), if any.
     `downloads`: it may download (with args.download true), so one local rank builds it first.
+    `more_args`: args its builder reads that have no constant default (with `defaults`, every arg it
+    accepts: the spec refuses any other at submit, naming the nearest).
     """
 
     name: str
@@ -69,6 +72,12 @@ class Builtin:
     size: Callable[[Args, str], int] | None = None
     path_arg: str | None = None
     downloads: bool = False
+    more_args: tuple[str, ...] = ()
+
+    @property
+    def arg_names(self) -> tuple[str, ...]:
+        """Every arg its builder accepts."""
+        return (*self.defaults, *self.more_args)
 
     def args(self, given: Args) -> dict[str, Any]:
         """The args a builder receives: the defaults, overridden by what the spec gives."""
@@ -162,6 +171,7 @@ DATA: Mapping[str, Builtin] = _frozen(
                 "torchvision FakeData: random images, deterministic per index (random_offset: the job's seed)",
                 _frozen({"num_samples": 256, "image_size": [3, 32, 32], "num_classes": 10}),
                 _fake_elements,
+                more_args=("random_offset",),
             ),
             Builtin(
                 "synthetic",
@@ -176,15 +186,39 @@ DATA: Mapping[str, Builtin] = _frozen(
                     }
                 ),
                 _synthetic_elements,
+                more_args=("seed",),
             ),
             Builtin(
-                "image_folder", "an ImageFolder at args.path (path/train + path/val when both exist)", path_arg="path"
-            ),  # fmt: skip
+                "image_folder",
+                "an ImageFolder at args.path (path/train + path/val when both exist)",
+                path_arg="path",
+                more_args=("path", "image_size"),
+            ),
         )
     }
 )
 
 LOSSES: tuple[str, ...] = ("cross_entropy", "mse")
+
+
+def unknown_args(kind: str, name: str, args: Args) -> str | None:
+    """Why `args` do not suit built-in `name` (`kind`: "model" or "data"), naming each unknown arg and the
+    nearest accepted one; None when every arg is accepted, or `name` is not a built-in (user code takes
+    whatever its function does)."""
+    entry = (MODELS if kind == "model" else DATA).get(name)
+    if entry is None:
+        return None
+    accepted = entry.arg_names
+    unknown = [key for key in args if key not in accepted]
+    if not unknown:
+        return None
+    takes = f"{name} takes {', '.join(accepted)}" if accepted else f"{name} takes no args"
+    return "; ".join(f"unknown {kind} arg {key!r} for {name}; {_nearest(key, accepted) or takes}" for key in unknown)
+
+
+def _nearest(key: str, accepted: tuple[str, ...]) -> str | None:
+    close = difflib.get_close_matches(key, accepted, n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else None
 
 
 def model_params(name: str, args: Args) -> int | None:

@@ -20,6 +20,7 @@ from pydantic import (
     Field,
     SerializerFunctionWrapHandler,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_serializer,
     model_validator,
@@ -66,7 +67,12 @@ def _json_depth(value: Any, depth: int = 0) -> int:
     return depth
 
 
-def _validate_args(args: dict[str, Any]) -> dict[str, Any]:
+def _validate_args(args: dict[str, Any], kind: str, name: str | None) -> dict[str, Any]:
+    """Bounded plain JSON, and for a built-in (`name`, None when the name itself was refused) only the args
+    its builder takes: a typo is refused at submit, naming the nearest arg, rather than failing the run
+    (a model) or being ignored (a data set)."""
+    if name is not None and (unknown := catalogue.unknown_args(kind, name, args)) is not None:
+        raise PydanticCustomError("value_error", "{message}", {"message": unknown})
     if _json_depth(args) > MAX_ARGS_DEPTH:
         raise ValueError(f"args nest deeper than {MAX_ARGS_DEPTH} levels; flatten them")
     try:
@@ -285,8 +291,8 @@ class ModelSpec(StrictModel):
 
     @field_validator("args")
     @classmethod
-    def _check_args(cls, v: dict[str, Any]) -> dict[str, Any]:
-        return _validate_args(v)
+    def _check_args(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        return _validate_args(v, "model", info.data.get("name"))
 
 
 class DataSpec(StrictModel):
@@ -312,8 +318,8 @@ class DataSpec(StrictModel):
 
     @field_validator("args")
     @classmethod
-    def _check_args(cls, v: dict[str, Any]) -> dict[str, Any]:
-        return _validate_args(v)
+    def _check_args(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        return _validate_args(v, "data", info.data.get("name"))
 
 
 class LossSpec(StrictModel):

@@ -78,13 +78,33 @@ def test_spec_refusals_name_the_field(client: TestClient, spec: dict, patch: dic
     assert _jobs(client) == before
 
 
+@pytest.mark.parametrize(
+    ("patch", "loc", "says"),
+    [({"model": {"name": "mlp", "args": {"hiden": 64}}}, ["body", "model", "args"],
+      "unknown model arg 'hiden' for mlp; did you mean 'hidden'?"),
+     ({"model": {"name": "convnet", "args": {"num_class": 3}}}, ["body", "model", "args"],
+      "unknown model arg 'num_class' for convnet; did you mean 'num_classes'?"),
+     ({"data": {"name": "synthetic", "args": {"num_sampels": 64}}}, ["body", "data", "args"],
+      "unknown data arg 'num_sampels' for synthetic; did you mean 'num_samples'?")],
+)  # fmt: skip
+def test_an_unknown_builtin_arg_is_refused_at_submit_naming_the_nearest(
+    client: TestClient, spec: dict, patch: dict, loc: list, says: str
+) -> None:
+    """A typo in model.args failed only once the job ran; one in data.args was silently ignored (issue 37)."""
+    before = _jobs(client)
+    r = client.post("/api/jobs", json={**spec, **patch})
+    assert r.status_code == 422, r.text
+    assert {"loc": loc, "msg": says} in [{"loc": e["loc"], "msg": e["msg"]} for e in r.json()["detail"]], r.json()
+    assert _jobs(client) == before
+
+
 @pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity"])
 def test_nan_and_inf_are_refused(client: TestClient, spec: dict, number: str) -> None:
     body = json.dumps(spec)[:-1] + f', "grad_clip_norm": {number}}}'
     r = client.post("/api/jobs", content=body, headers={"content-type": "application/json"})
     assert r.status_code == 422 and ["body", "grad_clip_norm"] in [e["loc"] for e in r.json()["detail"]]
-    nested = {**spec, "model": {"name": "mlp", "args": {"x": 1}}}
-    body = json.dumps(nested).replace('"x": 1', f'"x": {number}')
+    nested = {**spec, "model": {"name": "mlp", "args": {"dropout": 0.5}}}
+    body = json.dumps(nested).replace('"dropout": 0.5', f'"dropout": {number}')
     assert client.post("/api/jobs", content=body, headers={"content-type": "application/json"}).status_code == 422
 
 
@@ -134,7 +154,7 @@ def test_deeply_nested_json_is_400(client: TestClient, spec: dict) -> None:
     body = '{"name": "x", "model": {"name": "mlp", "args": {"a": ' + "[" * 5000 + "]" * 5000 + "}}}"
     r = client.post("/api/jobs", content=body, headers={"content-type": "application/json"})
     assert r.status_code == 400 and "deeper" in r.json()["detail"]
-    shallow = {**spec, "model": {"name": "mlp", "args": {"a": [[[[[[[1]]]]]]]}}}
+    shallow = {**spec, "model": {"name": "mlp", "args": {"hidden": [[[[[[[1]]]]]]]}}}
     assert client.post("/api/jobs", json=shallow).status_code == 422  # the spec's own args depth rule
 
 
@@ -244,8 +264,8 @@ def test_non_loopback_bind_needs_a_configured_token(tmp_path) -> None:
 def test_unstorable_text_is_refused_and_nothing_breaks(client: TestClient, spec: dict, make_job) -> None:
     before = _jobs(client)
     for body in (
-        b'{"name": "x", "max_steps": 5, "model": {"name": "mlp", "args": {"k": "\\ud800"}}}',
-        b'{"name": "x", "max_steps": 5, "model": {"name": "mlp", "args": {"k": "a\\u0000b"}}}',
+        b'{"name": "x", "max_steps": 5, "model": {"name": "mlp", "args": {"hidden": "\\ud800"}}}',
+        b'{"name": "x", "max_steps": 5, "model": {"name": "mlp", "args": {"hidden": "a\\u0000b"}}}',
         b'{"name": "x", "max_steps": 5, "model": {"name": "mlp", "args": {"k\\u0000": 1}}}',
         b'{"name": "x", "max_steps": ' + b"9" * 5000 + b"}",
         b"\xff\xfe",

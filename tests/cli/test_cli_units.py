@@ -312,22 +312,6 @@ def test_a_rank_the_job_lacks_is_named(rank: int | None, ranks: list[int], more:
 
 
 @pytest.mark.parametrize(
-    ("body", "warned"),
-    [({"model": {"name": "mlp", "args": {"hiden": 3}}}, ["hiden"]),
-     ({"model": {"name": "mlp", "args": {"hidden": 3}}}, []),
-     ({"model": {"name": "pkg.mod:fn", "args": {"x": 1}}}, []), ({}, []), ({"model": "mlp"}, [])],
-)  # fmt: skip
-def test_submit_warns_of_a_built_in_models_unknown_arg(body: dict, warned: list[str]) -> None:
-    """A typo in model.args was queued silently and failed on its rank (TypeError) once the job started."""
-    from cli.job_commands import unknown_model_args
-
-    said = unknown_model_args(body)
-    assert len(said) == len(warned) and all(
-        f"no arg {w!r}" in s and "hidden" in s for w, s in zip(warned, said, strict=True)
-    )
-
-
-@pytest.mark.parametrize(
     ("job", "said", "note"),
     [({"status": "queued", "pending_reason": "quota: 1 of 1 CPU slots"}, None, "quota: 1 of 1 CPU slots"),
      ({"status": "queued", "pending_reason": "quota: x"}, "quota: x", None),

@@ -22,7 +22,7 @@ def test_a_queued_jobs_estimate_is_within_20_percent(service, workers) -> None:
     workers.start(settings, extra_env=ENV)
     # ~45 s of steps: the hand-over after it ends (its exit, the scheduler's pass, the claim: a few seconds on
     # a loaded machine, which the estimate does not foresee) stays a small part of the wait
-    ahead = client.submit(fake_spec("ahead", nproc=2, max_steps=450, args={"step_s": 0.1}))
+    ahead = client.submit(fake_spec("ahead", nproc=2, max_steps=450, behaviour={"step_s": 0.1}))
     client.wait(ahead["id"], lambda j: j["status"] == "running" and (j["step"] or 0) >= 20, 120, "step 20")
     behind = client.submit(fake_spec("behind", nproc=2, max_steps=5))
     job = client.wait(

@@ -13,7 +13,7 @@ from tests.support.jobs import fake_spec
 def test_a_finished_jobs_breakdown_sums_to_its_wall_time(service, workers) -> None:
     settings, client = service()
     workers.start(settings)
-    job = client.submit(fake_spec(nproc=2, args={"step_s": 0.05}))
+    job = client.submit(fake_spec(nproc=2, behaviour={"step_s": 0.05}))
     done = client.wait_terminal(job["id"], timeout=120)
     assert done["status"] == "succeeded", (done, workers.log())
     parts = done["time_breakdown"]

@@ -42,7 +42,7 @@ def test_one_signed_delivery_per_transition_and_a_retry_after_a_500(service, wor
     workers.start(settings)
     done = client.submit(fake_spec("notified"))
     assert client.wait_terminal(done["id"])["status"] == "succeeded"
-    gone = client.submit(fake_spec("cancelled-one", args={"step_s": 1.0}))
+    gone = client.submit(fake_spec("cancelled-one", behaviour={"step_s": 1.0}))
     client.wait(gone["id"], lambda j: j["status"] == "running", 60, "running")
     assert client.http.post(f"/jobs/{gone['id']}/cancel").status_code == 202
     assert client.wait_terminal(gone["id"])["status"] == "cancelled"

@@ -2,7 +2,8 @@
 contract (events.jsonl on rank 0 with increasing seq, checkpoints, exit 75 after SIGTERM).
 
 Workers started with the fake trainer run it as `-m tests.support.fake_trainer`
-(RANKZERO_TRAINER_MODULE). Behaviour from the spec's model.args: step_s (sleep per step),
+(RANKZERO_TRAINER_MODULE). Behaviour from the spec's params (plain scalars any job may carry; a built-in model takes
+only its own args): step_s (sleep per step),
 fail_rank + fail_at_step (raise), hang_rank + hang_at_step (sleep forever), pid_dir (each rank
 writes its pid there).
 """
@@ -33,7 +34,7 @@ class FakeRun:
         self.run = run
         self.rank = int(os.environ.get("RANK", "0"))
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
-        self.args = spec["model"]["args"]
+        self.args = spec.get("params") or {}
         self.events = run / "events.jsonl"
         self.seq = 0
         if self.events.exists():

@@ -1,7 +1,7 @@
 """Job specs the tests submit, waiting for a job, and reading what a job left behind.
 
 - `DIGITS_SPEC`: a valid JobSpec body (the MLP on digits, DDP on 2 ranks).
-- `fake_spec()`: a job for the stand-in trainer (fake_trainer.py; its behaviour in model.args).
+- `fake_spec()`: a job for the stand-in trainer (fake_trainer.py; its behaviour in params).
 - `slow_spec()`: the real trainer on tiny data, slowed by user code (slow_model.py), for the fault tests.
 - `wait_step_written()`: wait on the trainer's own record of a step (events.jsonl), not the API's lagging copy.
 """
@@ -29,11 +29,13 @@ DIGITS_SPEC: dict[str, Any] = {
 }
 
 
-def fake_spec(name: str = "fake", **kw: Any) -> dict[str, Any]:
-    args = kw.pop("args", {})
+def fake_spec(name: str = "fake", *, behaviour: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
+    """A job for the stand-in trainer; `behaviour` (step_s, fail_rank, hang_rank, pid_dir...: see fake_trainer.py)
+    travels in params, since the built-in mlp it names takes only its own args."""
     spec = {
         "name": name,
-        "model": {"name": "mlp", "args": {"step_s": 0.02, **args}},
+        "model": {"name": "mlp"},
+        "params": {"step_s": 0.02, **(behaviour or {})},
         "data": {"name": "digits"},
         "batch_size": 8,
         "max_steps": 20,

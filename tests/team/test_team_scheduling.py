@@ -6,7 +6,7 @@ from tests.support.jobs import fake_spec
 
 
 def _short(name: str, steps: int = 15, **kw: object) -> dict:
-    return fake_spec(name, nproc=1, max_steps=steps, args={"step_s": 0.1}, **kw)
+    return fake_spec(name, nproc=1, max_steps=steps, behaviour={"step_s": 0.1}, **kw)
 
 
 def test_a_job_past_its_owners_quota_waits_then_starts_when_hers_ends(service, workers, start_host, add_user) -> None:

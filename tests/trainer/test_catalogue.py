@@ -5,8 +5,10 @@ against the real builders (they count what torch would allocate)."""
 from __future__ import annotations
 
 import inspect
+import re
 
 import pytest
+from pydantic import ValidationError
 
 from trainer import catalogue
 from trainer.spec import BUILTIN_DATA, BUILTIN_LOSSES, BUILTIN_MODELS, DataSpec, ModelSpec
@@ -27,6 +29,58 @@ def test_every_catalogue_entry_has_a_builder_and_its_defaults_are_the_builders()
     for name, entry in catalogue.MODELS.items():
         params = inspect.signature(BUILDERS[name]).parameters
         assert {k: p.default for k, p in params.items()} == dict(entry.defaults), name
+
+
+def test_every_builtin_accepts_exactly_the_args_its_builder_reads() -> None:
+    """The accepted names (defaults + more_args) are the one list the spec checks at submit: a model's are its
+    builder's parameters, a data set's the keys its builder reads from args."""
+    from trainer.data import datasets
+    from trainer.models import BUILDERS
+
+    for name, entry in catalogue.MODELS.items():
+        assert entry.arg_names == tuple(inspect.signature(BUILDERS[name]).parameters), name
+    for name, entry in catalogue.DATA.items():
+        source = inspect.getsource(datasets.BUILDERS[name])
+        read = re.findall(r'args(?:\[|\.get\()"(\w+)"', source) + re.findall(r'"(\w+)" in args', source)
+        assert set(read) == set(entry.arg_names), name
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "args", "says"),
+    [("model", "mlp", {"hidden": 8, "dropout": 0.1}, None),
+     ("model", "mlp", {"hiden": 8}, "unknown model arg 'hiden' for mlp; did you mean 'hidden'?"),
+     ("model", "mlp", {"Hidden": 8}, "unknown model arg 'Hidden' for mlp; did you mean 'hidden'?"),
+     ("model", "convnet", {"in_channel": 3}, "unknown model arg 'in_channel' for convnet; did you mean 'in_channels'?"),
+     ("model", "resnet50", {"num_clases": 3},
+      "unknown model arg 'num_clases' for resnet50; did you mean 'num_classes'?"),
+     ("model", "resnet18", {"zzz": 1}, "unknown model arg 'zzz' for resnet18; resnet18 takes num_classes, in_channels"),
+     ("model", "pkg.mod:build", {"anything": 1}, None),
+     ("data", "synthetic", {"seed": 3, "task": "regression"}, None),
+     ("data", "synthetic", {"num_sample": 3},
+      "unknown data arg 'num_sample' for synthetic; did you mean 'num_samples'?"),
+     ("data", "digits", {"images": True}, "unknown data arg 'images' for digits; did you mean 'image'?"),
+     ("data", "mnist", {"downlaod": True}, "unknown data arg 'downlaod' for mnist; did you mean 'download'?"),
+     ("data", "fake", {"random_offset": 2, "image_size": [1, 2, 2]}, None),
+     ("data", "image_folder", {"pth": "x"}, "unknown data arg 'pth' for image_folder; did you mean 'path'?"),
+     ("data", "cifar10", {"a": 1, "rot": 2},
+      "unknown data arg 'a' for cifar10; cifar10 takes root, download; unknown data arg 'rot' for cifar10; "
+      "did you mean 'root'?"),
+     ("data", "labcode:data", {"anything": 1}, None)],
+)  # fmt: skip
+def test_an_unknown_arg_is_named_with_the_nearest(kind: str, name: str, args: dict, says: str | None) -> None:
+    assert catalogue.unknown_args(kind, name, args) == says
+
+
+def test_the_spec_refuses_an_unknown_arg_at_the_args_field() -> None:
+    with pytest.raises(ValidationError) as info:
+        ModelSpec(args={"hiden": 3})
+    [error] = info.value.errors()
+    assert error["loc"] == ("args",) and error["msg"] == "unknown model arg 'hiden' for mlp; did you mean 'hidden'?"
+    with pytest.raises(ValidationError, match="did you mean 'num_features'"):
+        DataSpec(name="synthetic", args={"num_feature": 3})
+    with pytest.raises(ValidationError) as info:  # an unknown name is refused as such, not its args as well
+        ModelSpec(name="mpl", args={"hidden": 3})
+    assert [e["loc"] for e in info.value.errors()] == [("name",)]
 
 
 @pytest.mark.parametrize(

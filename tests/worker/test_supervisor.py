@@ -24,7 +24,7 @@ def _alive(pid: int) -> bool:
 def test_cancel_running_job_leaves_no_process(service, workers):
     settings, client = service(cancel_grace_s=3.0)
     workers.start(settings)
-    job = client.submit(fake_spec(max_steps=100000, args={"step_s": 0.1}, nproc=2))
+    job = client.submit(fake_spec(max_steps=100000, behaviour={"step_s": 0.1}, nproc=2))
     client.wait(job["id"], lambda j: j["status"] == "running" and j["step"] >= 2, 60, "running")
     launched = job_pids(workers.marker, job["id"])
     assert len(launched) >= 3  # torchrun + 2 ranks
@@ -64,7 +64,7 @@ def test_same_message_twice_runs_once(service, workers):
 
     settings, client = service()
     workers.start(settings, pool="prefork", concurrency=2)
-    job = client.submit(fake_spec(max_steps=30, args={"step_s": 0.1}))
+    job = client.submit(fake_spec(max_steps=30, behaviour={"step_s": 0.1}))
     engine = get_engine(settings.resolved_database_url)
     row = wait(lambda: (r := jobs.get_job(engine, job["id"])) and r.placement_id and r, 60, "the job placed")
     node_queue = hosts.host_queue(settings.queue, row.placement["nodes"][0]["host"])
@@ -90,7 +90,7 @@ def test_same_message_twice_runs_once(service, workers):
 def test_failed_rank_is_named_with_traceback(service, workers):
     settings, client = service()
     workers.start(settings)
-    job = client.submit(fake_spec(nproc=2, args={"fail_rank": 1, "fail_at_step": 3}))
+    job = client.submit(fake_spec(nproc=2, behaviour={"fail_rank": 1, "fail_at_step": 3}))
     done = client.wait_terminal(job["id"], 60)
     assert done["status"] == "failed"
     assert done["failed_rank"] == 1
@@ -103,7 +103,7 @@ def test_restart_from_checkpoint_within_max_restarts(service, workers):
     workers.start(settings)
     # Fails at step 12 on attempt 1 (checkpoint at 10); attempt 2 resumes at 10 and also fails
     # at 12, so with max_restarts 1 the job ends failed at attempt 2 with no duplicate points.
-    job = client.submit(fake_spec(max_restarts=1, args={"fail_rank": 0, "fail_at_step": 12}))
+    job = client.submit(fake_spec(max_restarts=1, behaviour={"fail_rank": 0, "fail_at_step": 12}))
     done = client.wait_terminal(job["id"], 90)
     assert done["status"] == "failed" and done["attempt"] == 2
     steps = [
@@ -119,9 +119,11 @@ def test_gpu_jobs_share_fake_gpus_in_order(service, workers, tmp_path):
     settings, client = service(gpus="0,1,2")
     workers.start(settings, pool="prefork", concurrency=3)
     # Each rank notes the CUDA_VISIBLE_DEVICES it got in <run dir>/pids (inside the job's sandbox view).
-    a = client.submit(fake_spec("a", nproc=2, device="cuda", max_steps=25, args={"step_s": 0.05, "pid_dir": "pids"}))
-    b = client.submit(fake_spec("b", nproc=2, device="cuda", max_steps=5, args={"pid_dir": "pids"}))
-    c = client.submit(fake_spec("c", nproc=1, device="cuda", max_steps=5, args={"pid_dir": "pids"}))
+    a = client.submit(
+        fake_spec("a", nproc=2, device="cuda", max_steps=25, behaviour={"step_s": 0.05, "pid_dir": "pids"})
+    )
+    b = client.submit(fake_spec("b", nproc=2, device="cuda", max_steps=5, behaviour={"pid_dir": "pids"}))
+    c = client.submit(fake_spec("c", nproc=1, device="cuda", max_steps=5, behaviour={"pid_dir": "pids"}))
     runs = Path(settings.resolved_runs_dir)
     pids = {n: runs / f"job_{j['id']}" / "pids" for n, j in zip("abc", (a, b, c), strict=True)}
     r = client.http.post("/jobs", json=fake_spec("too-big", nproc=4, device="cuda"))
@@ -173,7 +175,7 @@ def test_graceful_worker_stop_requeues_and_resumes(service, workers):
 
     settings, client = service()
     w = workers.start(settings, pool="threads", concurrency=2)
-    job = client.submit(fake_spec(max_steps=80, args={"step_s": 0.1}))  # ≥ 6 s left after step 12: still training
+    job = client.submit(fake_spec(max_steps=80, behaviour={"step_s": 0.1}))  # ≥ 6 s left after step 12: still training
     wait_step_written(run_dir(settings, job["id"]), 12, 60)  # the trainer's record; the API's step lags it
     os.kill(w.pid, signal.SIGTERM)  # a deploy: warm shutdown of the worker process only
     w.wait(timeout=30)
@@ -196,7 +198,9 @@ def test_killed_worker_host_job_resumes_on_another(service, workers, tmp_path):
 
     settings, client = service()
     w = workers.start(settings, extra_env={"RANKZERO_STALE_AFTER_S": "3"})
-    job = client.submit(fake_spec(max_steps=80, max_restarts=1, args={"step_s": 0.1}))  # still training past step 12
+    job = client.submit(
+        fake_spec(max_steps=80, max_restarts=1, behaviour={"step_s": 0.1})
+    )  # still training past step 12
     wait_step_written(run_dir(settings, job["id"]), 12, 60)  # the trainer's record; the API's step lags it
     launched = job_pids(workers.marker, job["id"])
     # The host dies: the worker, torchrun and the ranks, all at once.
@@ -219,7 +223,7 @@ def test_killed_worker_host_job_resumes_on_another(service, workers, tmp_path):
 def test_stalled_rank_is_failed_by_watchdog(service, workers, tmp_path):
     settings, client = service()
     workers.start(settings)
-    job = client.submit(fake_spec(nproc=2, stall_timeout_s=10, args={"hang_rank": 0, "hang_at_step": 3}))
+    job = client.submit(fake_spec(nproc=2, stall_timeout_s=10, behaviour={"hang_rank": 0, "hang_at_step": 3}))
     rank_pids = list(wait_ranks(workers.marker, job["id"], 2).values())  # as the host sees them
     done = client.wait_terminal(job["id"], 60)
     assert done["status"] == "failed" and "stall_timeout_s" in done["error"]
@@ -249,7 +253,7 @@ def test_job_outliving_redis_visibility_timeout_launches_once(service, workers, 
             extra_env={"RANKZERO_QUEUE": queue, "RANKZERO_VISIBILITY_TIMEOUT_S": "2"},
         )
         # ~18 s: several visibility timeouts, and still running when the second worker is up.
-        job = client.submit(fake_spec(max_steps=150, args={"step_s": 0.12}))
+        job = client.submit(fake_spec(max_steps=150, behaviour={"step_s": 0.12}))
         wait_step_written(run_dir(settings, job["id"]), 30, 60)  # the trainer's record; the API's step lags it
         # A second worker: on start it restores messages unacked past the visibility timeout.
         workers.start(
@@ -280,7 +284,7 @@ def test_sigkilled_rank_fails_job_naming_rank_and_exit_code(service, workers, tm
 
     settings, client = service()
     workers.start(settings)
-    job = client.submit(fake_spec(nproc=2, max_steps=100000, args={"step_s": 0.1}))
+    job = client.submit(fake_spec(nproc=2, max_steps=100000, behaviour={"step_s": 0.1}))
     client.wait(job["id"], lambda j: j["step"] >= 2, 60, "step 2")
     launched = job_pids(workers.marker, job["id"])
     rank1 = ranks(workers.marker, job["id"])[1]  # its pid as the host sees it (the sandbox has its own)
