@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from api.models_ranks import RanksView
 from core.placement_record import BadPlacement, JobPlacement, read_placement
 from core.tables import Checkpoint, Job, JobStatus, JobTransition
 from trainer.spec import JobSpec
@@ -235,6 +236,9 @@ class JobDetail(JobPublic):
     transitions: list[TransitionPublic]
     time_breakdown: TimeBreakdown | None = None
     start_estimate: StartEstimate | None = Field(None, description="Only while queued and not yet placed.")
+    ranks: RanksView | None = Field(
+        None, description="Every rank's progress, the straggler lines and the last stall's stuck ranks (issue 38)."
+    )
     code_bytes: int | None = Field(
         None, description="The job's code bundle (spec `code`), compressed; its files: GET /api/code/{sha256}/files."
     )

@@ -119,6 +119,10 @@ class Job(SQLModel, table=True):
     # Where its wall time went (core/time_breakdown.py PARTS → seconds), written at its terminal transition
     # (migration 0015_job_time_breakdown); None while it lives.
     time_breakdown: dict[str, float] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    # Every rank's progress as node 0's worker last read it (core/rank_health.py; migration 0017_job_ranks):
+    # {"attempt", "at", "ranks": [...]}; and the last stall's account: the ranks it blamed and their stacks.
+    rank_progress: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    stuck_ranks: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
 
 
 class JobTransition(SQLModel, table=True):

@@ -1,7 +1,10 @@
 """rankzero, the SDK for your own torchrun script (`import rankzero`): five calls, any rank.
 
     rankzero.log(step, {"train/loss": loss})      every rank; tensors averaged across ranks, rank 0 writes
-    rankzero.progress(step, total_steps)          progress and ETA in the UI and the CLI
+    rankzero.progress(step, total_steps)          progress and ETA in the UI and the CLI (call it on every
+                                                  rank: the page then says which rank is stuck)
+    with rankzero.rank_work(): ...                around a step's own work (data, forward): the page says
+                                                  which rank is slower than the others
     rankzero.save_checkpoint(state, step)         rank 0 writes it atomically; listed, downloadable, pruned
     rankzero.load_checkpoint(map_location=...)    the newest checkpoint of this job (after a restart), else the
                                                   one it was resumed from (`rankzero resume`), or None
@@ -40,6 +43,7 @@ _CALLS = {
     "UnsafeCheckpointError": "rankzero._checkpoints",
     "should_stop": "rankzero._stop",
     "params": "rankzero._params",  # the job's spec `params` (sweeps)
+    "rank_work": "rankzero._ranks",  # this rank's own work in a step (which rank is slow)
 }
 
 if TYPE_CHECKING:  # the lazy names, for type checkers and editors (at run time __getattr__ imports them)
@@ -47,6 +51,7 @@ if TYPE_CHECKING:  # the lazy names, for type checkers and editors (at run time 
     from rankzero._metrics import flush, log
     from rankzero._params import params
     from rankzero._progress import progress
+    from rankzero._ranks import rank_work
     from rankzero._stop import should_stop
 
 __all__ = [  # the same names as _CALLS (tests/sdk check it), spelled out so a type checker can read them
@@ -61,6 +66,7 @@ __all__ = [  # the same names as _CALLS (tests/sdk check it), spelled out so a t
     "UnsafeCheckpointError",
     "should_stop",
     "params",
+    "rank_work",
 ]
 
 

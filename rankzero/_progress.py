@@ -39,13 +39,17 @@ def _rates(now: _Mark, last: _Mark | None, total_steps: int) -> Progress:
 
 
 def progress(step: int, total_steps: int, *, epoch: int | None = None, samples: int | None = None) -> None:
-    """Report that `step` of `total_steps` is done (any rank may call it; rank 0 writes).
+    """Report that `step` of `total_steps` is done (every rank should call it: each rank's last step and
+    step time are kept, so the job page says which rank is stuck or slow; rank 0 writes the events).
 
     `samples`: samples seen so far by all ranks together (e.g. step × global batch size), which
     gives the UI a samples/s figure; `epoch` is shown as given. ETA comes from the step rate.
     """
     global _last
     step, total_steps = operator.index(step), operator.index(total_steps)
+    ranks = _runtime.rank_progress()
+    if ranks is not None:  # every rank's own record: which rank is stuck or slow (trainer/rank_progress.py)
+        ranks.step_done(step)
     events = _runtime.events()
     if events is None:
         return

@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 from rankzero import _crash, env
 from trainer.events import EventLog
+from trainer.rank_progress import RankProgress
 from trainer.run_dir import RunDir
 
 # The writer wakes at most this often (events reach the file within about this long): a wake-up per
@@ -23,6 +24,7 @@ WRITER_LINGER_S = 0.25
 _lock = threading.Lock()
 _job: env.JobEnv | None = None
 _events: EventLog | None = None
+_rank_progress: RankProgress | None = None  # every rank's own record (issue 38)
 _noticed_local = False
 # How long the exit hooks may spend writing what is queued after a crash (the traceback is already out;
 # the worker must see the rank's exit at once, not after a wait on peers that may be gone).
@@ -71,6 +73,21 @@ def events() -> EventLog | None:
     return _events
 
 
+def rank_progress() -> RankProgress | None:
+    """This rank's progress record in the service (any rank; trainer/rank_progress.py); None in local mode."""
+    global _rank_progress
+    if _rank_progress is not None:
+        return _rank_progress
+    run_dir = job().run_dir
+    if run_dir is None:
+        return None
+    with _lock:
+        if _rank_progress is None:
+            _rank_progress = RankProgress(RunDir(run_dir).ranks, rank()).start()
+            atexit.register(_rank_progress.close)
+    return _rank_progress
+
+
 def notice_local() -> None:
     """Say once, on rank 0, that nothing is recorded outside the service."""
     global _noticed_local
@@ -102,7 +119,9 @@ def close() -> None:
 
 def reset() -> None:
     """Forget the job environment and close the log (tests that change the environment in-process)."""
-    global _job, _noticed_local
+    global _job, _noticed_local, _rank_progress
     close()
-    _job, _noticed_local = None, False
+    if _rank_progress is not None:
+        _rank_progress.close()
+    _job, _noticed_local, _rank_progress = None, False, None
     _crash.forget()

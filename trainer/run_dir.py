@@ -5,6 +5,7 @@ Torch-free, so the worker and the API can import it.
     <run>/spec.json                         the spec the job was launched with
     <run>/events.jsonl                      rank 0's events, one JSON object per line
     <run>/heartbeat                         touched by rank 0 every step (at most once a second): a sign of life
+    <run>/ranks/rank_N.json                 rank N's last step, phase and step times (trainer/rank_progress.py)
     <run>/checkpoints/step_XXXXXXXX.pt      checkpoints (written to a temp name, then renamed)
     <run>/logs/attempt_N/                   torchrun --log-dir of attempt N (per-rank stdout/stderr, error.json)
     <run>/tensorboard/                      RANKZERO_TENSORBOARD_DIR: a script's SummaryWriter files (ingested)
@@ -58,6 +59,11 @@ class RunDir:
     def heartbeat(self) -> Path:
         """Its mtime is the ranks' liveness for the stall watchdog, whatever log_every is."""
         return self.root / "heartbeat"
+
+    @property
+    def ranks(self) -> Path:
+        """Every rank's progress record, `rank_<N>.json` (trainer/rank_progress.py)."""
+        return self.root / "ranks"
 
     @property
     def checkpoints(self) -> Path:

@@ -39,6 +39,7 @@ from trainer.losses import build_loss, count_correct
 from trainer.metrics import LossMeter
 from trainer.models import build_model
 from trainer.optim import build_optimizer, build_scheduler
+from trainer.rank_progress import RankProgress
 from trainer.run_dir import RunDir
 from trainer.spec import JobSpec
 from trainer.spec_file import dump_spec
@@ -87,6 +88,8 @@ def train(spec: JobSpec, root: str | Path, on_strategy: Callable[[Strategy], Non
     finally:
         stop.uninstall()
         events.close()
+        if runner is not None:
+            runner.rank_progress.close()
         if ctx is not None:
             teardown(ctx)
 
@@ -323,6 +326,8 @@ class _Run:
         self.saver = ckpt_io.AsyncCheckpointWriter(run, spec.checkpoint.keep_last)
         self._beat_at = 0.0
         self._first_step_s: float | None = None  # reported once, in the attempt's first progress event
+        # Every rank's own record (issue 38: which rank is stuck or slow); a daemon thread writes it.
+        self.rank_progress = RankProgress(run.ranks, ctx.rank).start()
 
     def execute(self) -> int:
         spec, ctx, b = self.spec, self.ctx, self.built
@@ -353,6 +358,7 @@ class _Run:
             self.meter.end_step(done)
             due = self._agree(done, self.schedule.at(done))
             self._act(done, due)
+            self.rank_progress.step_done(done)
             self._beat()
             self._record_saves(self.saver.poll())  # a finished background save's event; a failed one raises
             if due.stop:
@@ -397,11 +403,15 @@ class _Run:
         b, device, meter = self.built, self.device, self.meter
         A = self.spec.accumulation_steps
         strategy, model, optimizer, scaler, loss_fn = b.strategy, b.strategy.model, b.optimizer, b.scaler, b.loss_fn
+        mark = self.rank_progress
         for a in range(A):
+            # This rank's own work (data, forward): what its peers wait for at the gradient sync in backward.
+            mark.work_began()
             batch = to_device(next(batches), device)
             with strategy.micro_step(last=a == A - 1):
                 with b.autocast():
                     loss = loss_fn(model, batch)
+                mark.work_ended()
                 scaler.scale(loss / A if A > 1 else loss).backward()
             meter.add(loss, batch_length(batch))
         strategy.sync_gradients()

@@ -27,7 +27,7 @@ from core.settings import Settings
 from core.tables import Job, JobStatus, JobTransition
 from trainer.run_dir import RunDir, job_run_dir
 from trainer.spec import JobSpec
-from worker import artifact_shipping, bundles, drain, environments, errors, gpus, procs, run_record, sandbox
+from worker import artifact_shipping, bundles, drain, environments, errors, gpus, procs, rank_watch, run_record, sandbox
 from worker.attempt import Attempt, Ended, Layout, Limits, StopReason
 from worker.decide import (
     PORT_TAKEN_WORDS,
@@ -210,6 +210,7 @@ def supervise(a: Attempt) -> str:
         watch = Watcher(a)
         ended = _watch_until_ended(watch)
         watch.read_events()  # what the ranks wrote on their way out (final checkpoint, stopped, failed)
+        rank_watch.final(watch.ranks)  # every rank's last step and step times, on the job row
         # A host that uploads: the last of its files reach the store before the job reads ended.
         artifact_shipping.finish(a.job_id, a.number, keep_alive=_keep_alive(a))
         return _record_outcome(a, watch, ended)
@@ -275,6 +276,7 @@ def _look_until_ended(watch: Watcher, wakeups: Wakeups) -> Ended:
                         seen.finished_s or 0.0, procs.describe(procs.pids_with_mark(a.mark)))  # fmt: skip
         if reason is not None:
             note = drain.why(a.settings) if reason is StopReason.drain else stop_note(reason, seen, limits)
+            note = rank_watch.on_stall(a, note) if reason is StopReason.stall else note  # which rank, its stacks
             code = procs.stop(a.proc, a.mark, grace_s(a.settings.cancel_grace_s, reason), _keep_alive(a))
             return Ended(code, reason, note)
         until = max(min(files_due, row_due, watch.due()), now + cadence.floor_s)  # a beat the database refused

@@ -41,6 +41,30 @@ def pids_with_mark(mark: str) -> list[int]:
     return [pid for pid, env in _live_environs() if needle in env]
 
 
+def rank_pids(mark: str) -> dict[int, int]:
+    """Global rank → the host pid of that rank's process, of the attempt marked `mark` (torchrun gives each
+    rank RANK; the rank's own children, DataLoader workers, inherit it and are left out by their parent)."""
+    needle = f"RANKZERO_JOB_MARK={mark}".encode()
+    of_rank: dict[int, int] = {}
+    for pid, env in _live_environs():
+        rank = next((e[5:] for e in env if e.startswith(b"RANK=")), None)
+        if needle in env and rank is not None and rank.isdigit():
+            of_rank[pid] = int(rank)
+    found: dict[int, int] = {}
+    for pid, rank in sorted(of_rank.items()):
+        parent = _parent(pid)
+        if parent is None or of_rank.get(parent) != rank:
+            found.setdefault(rank, pid)
+    return found
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def describe(pids: list[int], limit: int = 8) -> str:
     """`pid: command line` of each of `pids` (at most `limit`, each cut at 120 characters), for a log line."""
     described = []

@@ -31,6 +31,7 @@ from worker.ingest import Ingestor
 from worker.ingest_events import EventTail
 from worker.ingest_handlers import SeriesCaps, TimedMetric
 from worker.quota import Quota, QuotaWatch
+from worker.rank_watch import RankWatch
 from worker.resources import ResourceWatch
 from worker.tensorboard import TensorBoardTail
 
@@ -103,6 +104,7 @@ class Watcher:
         row = jobs.get_job(a.engine, a.job_id)  # max_runtime_s counts from the job's first start
         started_at = row.started_at if row is not None else None
         self.quota = QuotaWatch(Quota.of(a.spec, a.settings), a.run.root, started_at, a.settings.heartbeat_s)
+        self.ranks = RankWatch(a)  # every rank's progress onto the job row (issue 38)
 
     # --- reading what the ranks wrote -------------------------------------------------------------
 
@@ -179,6 +181,7 @@ class Watcher:
                     self.lost_peer = silent_peer(a)
                     self.last_peer_check = now
             self._write_pending(now, limit=TICK_POINTS)
+            self.ranks.poll(now)
         except DBAPIError as exc:
             if not is_outage(exc):  # bad data or a bug, not an outage: supervision fails saying so
                 raise

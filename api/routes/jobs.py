@@ -19,6 +19,7 @@ from api import submit_policy
 from api.auth import may_change_job
 from api.deps import CurrentUser, JobId, SessionDep, SettingsDep, Submitter, job_or_404
 from api.models import ErrorDetail, JobDetail, JobPage, JobPublic, StartEstimate, TimeBreakdown, TransitionPublic
+from api.models_ranks import RanksView
 from api.routes import environments
 from core import audit, bundles, job_sort, jobs, quota_gate, quotas, start_estimate, team_pass, time_breakdown, wake
 from core.db import get_read_engine
@@ -310,6 +311,7 @@ def get_job(job_id: JobId, session: ReadSessionDep, settings: SettingsDep) -> Re
         "transitions": [TransitionPublic.from_row(r) for r in rows],
         "time_breakdown": TimeBreakdown.model_construct(**time_breakdown.load(session, job).as_dict()),
         "start_estimate": _start_estimate(session, job, settings),
+        "ranks": RanksView.of(job),
         **_code_summary(job.spec, settings),
     }
     detail = JobDetail.model_construct(**fields)

@@ -1573,6 +1573,8 @@ export interface components {
              * @default 0
              */
             priority: number;
+            /** @description Every rank's progress, the straggler lines and the last stall's stuck ranks (issue 38). */
+            ranks?: components["schemas"]["RanksView"] | null;
             /**
              * Restarts Used
              * @description Failed attempts restarted so far (spec.max_restarts bounds them).
@@ -2441,6 +2443,62 @@ export interface components {
              */
             max_queued: number;
         };
+        /** RankPublic */
+        RankPublic: {
+            /**
+             * Phase
+             * @description 'work' (its own part of a step) or 'wait' (past it); null: unmarked.
+             */
+            phase?: string | null;
+            /**
+             * Progress At
+             * @description When it finished it.
+             */
+            progress_at?: string | null;
+            /** Rank */
+            rank: number;
+            /**
+             * Score
+             * @description Its time per step over the median rank's (straggler score).
+             */
+            score?: number | null;
+            /**
+             * Step
+             * @description The last step this rank finished.
+             */
+            step?: number | null;
+            /**
+             * Step S
+             * @description Median wall seconds per step over its last 50 steps.
+             */
+            step_s?: number | null;
+            /**
+             * Work S
+             * @description Median seconds of its own work per step (rankzero.rank_work).
+             */
+            work_s?: number | null;
+        };
+        /** RanksView */
+        RanksView: {
+            /**
+             * Attempt
+             * @description The attempt the progress was read from.
+             */
+            attempt?: number | null;
+            /** Ranks */
+            ranks: components["schemas"]["RankPublic"][];
+            /**
+             * Stragglers
+             * @description e.g. 'rank 3 is 1.4× slower than the median rank'.
+             */
+            stragglers: string[];
+            stuck?: components["schemas"]["StuckRanks"] | null;
+            /**
+             * Timed By
+             * @description 'work' (own work per step) or 'step' (wall time per step) for the scores.
+             */
+            timed_by: string;
+        };
         /** SchedulerSpec */
         SchedulerSpec: {
             /**
@@ -2621,6 +2679,44 @@ export interface components {
             path: string;
             /** Sha256 */
             sha256: string;
+        };
+        /** StuckRanks */
+        StuckRanks: {
+            /** At */
+            at: string | null;
+            /** Attempt */
+            attempt: number;
+            /**
+             * How
+             * @description work, behind, stacks, collective, all or unknown (core/rank_health.py).
+             */
+            how: string;
+            /**
+             * Ranks
+             * @description The ranks the stall is blamed on.
+             */
+            ranks: number[];
+            /** Sentence */
+            sentence: string;
+            /**
+             * Stacks
+             * @description Rank → its Python stacks (py-spy dump), taken before it was stopped.
+             */
+            stacks: {
+                [key: string]: string;
+            };
+            /**
+             * Unavailable
+             * @description Rank → why its stacks could not be taken.
+             */
+            unavailable: {
+                [key: string]: string;
+            };
+            /**
+             * Waiting
+             * @description The ranks that waited for them.
+             */
+            waiting: number[];
         };
         /** SweepDetail */
         SweepDetail: {

@@ -8,6 +8,7 @@ import { $, h, setText, debounce } from "./dom.js";
 import { MetricPanel, outcomeOf } from "./job_charts.js";
 import { renderConsoleNote } from "./console_note.js";
 import { renderStartEstimate, renderTimeBar } from "./time_bar.js";
+import { renderRanks } from "./rank_view.js";
 import { fmtValue } from "./charts.js";
 import { LogView } from "./logs.js";
 import { loadNotifications } from "./notifications.js";
@@ -384,6 +385,7 @@ async function loadJob() {
     renderJob(detail);
     renderTimeline(detail.transitions);
     renderTimeBar(detail.time_breakdown);
+    renderRanks(detail.ranks);  // which rank is stuck (its stacks), which is slow
     return detail;
   } catch (err) {
     if (err instanceof ApiError && err.status === 404) {
