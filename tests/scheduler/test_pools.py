@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 
 from core.backends import BackendKind
-from core.placement import HostView, Waiting, plan
+from core.placement import HostView, NodeUse, Team, Usage, Waiting, plan
 from core.pools import Pools, SlurmPool, UnknownPool, host_may_run, resolve, slurm_fit_refusal, unknown_pool
+from core.quotas import Quota
+from core.team_pass import held_after
 from trainer.spec import JobSpec
 
 POOLS = Pools(
@@ -104,3 +106,56 @@ def test_placement_puts_each_pools_jobs_on_its_own_hosts_only() -> None:
         [Waiting(4, "cpu-b", 0, 4.0, JobSpec.model_validate({"max_steps": 5, "device": "cpu", "nproc": 9}))], hosts, []
     )
     assert p.placements == [] and "pool 'cpu-b'" in p.pending[4]
+
+
+# --- quotas and fair share count across pools -----------------------------------------------------------
+
+
+def _two_pools() -> list[HostView]:
+    return [
+        HostView(name="a1", pool="gpu-a", gpus=("0", "1"), cpu_slots=8, storage_id="s"),
+        HostView(name="b1", pool="gpu-b", gpus=("0", "1"), cpu_slots=8, storage_id="s"),
+    ]
+
+
+def _gpu_job(job_id: int, pool: str, owner: int, created: float) -> Waiting:
+    spec = JobSpec.model_validate({"max_steps": 5, "device": "cuda", "nproc": 1})
+    return Waiting(job_id, pool, 0, created, spec, owner=owner)
+
+
+def test_a_gpu_quota_counts_what_she_holds_in_every_pool() -> None:
+    """Her 2 GPUs held in pool gpu-a leave nothing of her quota of 2 for a job in pool gpu-b."""
+    held = [Usage(50, 0, False, (NodeUse("a1", ("0", "1"), 0),), owner=1)]
+    team = Team(quotas={1: Quota("ann", max_gpus=2)})
+    p = plan([_gpu_job(1, "gpu-b", owner=1, created=1.0)], _two_pools(), held, team)
+    assert p.placements == [] and "quota" in p.pending[1]
+    assert plan([_gpu_job(1, "gpu-b", owner=1, created=1.0)], _two_pools(), [], team).placements  # nothing held
+
+
+def test_fair_share_counts_what_she_holds_in_another_pool() -> None:
+    """One free GPU in pool gpu-b, two users at equal priority: the one holding GPUs in pool gpu-a goes second,
+    though her job is older."""
+    held = [
+        Usage(50, 0, False, (NodeUse("a1", ("0", "1"), 0),), owner=1),
+        Usage(51, 0, False, (NodeUse("b1", ("0",), 0),), owner=3),
+    ]
+    jobs = [_gpu_job(1, "gpu-b", owner=1, created=1.0), _gpu_job(2, "gpu-b", owner=2, created=2.0)]
+    p = plan(jobs, _two_pools(), held, Team(half_life_s=3600.0))
+    assert [x.job_id for x in p.placements] == [2] and 1 in p.pending
+    owed = held_after(held, p.placements, jobs)
+    assert owed == {1: 2.0, 3: 1.0, 2: 1.0}  # her usage is charged for every pool's GPUs
+
+
+@pytest.mark.parametrize(
+    ("sinfo", "default"),
+    [
+        ("n1|low*|idle|none|2|(null)\nn1|high|idle|none|2|(null)\n", "low"),
+        ("n1|low|idle|none|2|(null)\nn1|high*|idle|none|2|(null)\n", "high"),
+        ("n1|low|idle|none|2|(null)\n", None),  # no default marked: the API judges a lone partition as it
+        ("", None),
+    ],
+)
+def test_the_agent_registers_slurms_default_partition(sinfo: str, default: str | None) -> None:
+    from worker.slurm.commands import default_partition, parse_sinfo
+
+    assert default_partition(parse_sinfo(sinfo)) == default
