@@ -112,6 +112,19 @@ def host_kind(spec: JobSpec, host: HostView) -> str | None:
     return GPU if host.gpus else SLOT
 
 
+# A host of each kind, standing in for a pool with no host yet (what a job may take anywhere).
+_ANY_HOSTS = (HostView("any-gpu", "", ("0", "1"), 1, ""), HostView("any-cpu", "", (), 1, ""))
+
+
+def kinds_in_pool(spec: JobSpec, pool_hosts: Iterable[HostView]) -> frozenset[str]:
+    """The kinds of unit (GPU, SLOT) `spec` may take on its pool's hosts: the ones its owner's quota counts.
+    'auto' takes GPUs only on a host that has some, so on a CPU-only pool only her slot quota counts (issue 37:
+    her GPU quota held such a job for ever). A pool with no host that could run it: what it may take anywhere
+    (the pool's own refusal is never_fits')."""
+    kinds = frozenset(k for h in pool_hosts if (k := host_kind(spec, h)) is not None)
+    return kinds or frozenset(k for h in _ANY_HOSTS if (k := host_kind(spec, h)) is not None)
+
+
 def host_total(host: HostView, kind: str) -> int:
     return len(host.gpus) if kind == GPU else host.cpu_slots
 

@@ -44,22 +44,20 @@ def least_units(spec: JobSpec) -> int:
     return min(spec.elastic_sizes()) * spec.nnodes
 
 
-def never_within(spec: JobSpec, quota: Quota) -> str | None:
-    """Why the job could never run within its owner's quota, or None. 'auto' fits if either kind would."""
+def never_within(spec: JobSpec, quota: Quota, gpus: bool = True, slots: bool = True) -> str | None:
+    """Why the job could never run within its owner's quota, or None. `gpus`, `slots`: whether its pool has hosts
+    where it would take GPUs, slots (core/placement_types.py kinds_in_pool); only those kinds' quotas count.
+    'auto' fits if either kind would."""
     need = least_units(spec)
-    gpu_ok = spec.device != "cpu" and need <= quota.max_gpus
-    slot_ok = spec.device != "cuda" and spec.sync != "dataparallel" and need <= quota.max_slots
-    if gpu_ok or slot_ok:
+    on_gpus = gpus and spec.device != "cpu"
+    on_slots = slots and spec.device != "cuda" and spec.sync != "dataparallel"
+    if (on_gpus and need <= quota.max_gpus) or (on_slots and need <= quota.max_slots):
         return None
-    if spec.device == "cpu":
-        limit = f"{quota.max_slots} CPU slots"
-    elif spec.device == "cuda" or spec.sync == "dataparallel":
-        limit = f"{quota.max_gpus} GPUs"
-    else:
-        limit = f"{quota.max_gpus} GPUs and {quota.max_slots} CPU slots"
+    limits = [f"{quota.max_gpus} GPUs"] * on_gpus + [f"{quota.max_slots} CPU slots"] * on_slots
+    units = "GPUs or slots" if on_gpus and on_slots else "GPUs" if on_gpus else "slots" if on_slots else "units"
     return (
-        f"the job needs at least {need} {'GPUs or slots' if spec.device == 'auto' else 'units'} at once but "
-        f"{quota.name}'s quota is {limit}: lower nproc or nnodes, or ask an admin to raise the quota"
+        f"the job needs at least {need} {units} at once but {quota.name}'s quota is {' and '.join(limits) or 'none'}: "
+        "lower nproc or nnodes, or ask an admin to raise the quota"
     )
 
 

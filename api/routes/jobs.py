@@ -21,8 +21,21 @@ from api.deps import CurrentUser, JobId, SessionDep, SettingsDep, Submitter, job
 from api.models import ErrorDetail, JobDetail, JobPage, JobPublic, StartEstimate, TimeBreakdown, TransitionPublic
 from api.models_ranks import RanksView
 from api.routes import environments
-from core import audit, bundles, job_sort, jobs, quota_gate, quotas, start_estimate, team_pass, time_breakdown, wake
+from core import (
+    audit,
+    bundles,
+    hosts,
+    job_sort,
+    jobs,
+    quota_gate,
+    quotas,
+    start_estimate,
+    team_pass,
+    time_breakdown,
+    wake,
+)
 from core.db import get_read_engine
+from core.placement_types import GPU, SLOT, kinds_in_pool
 from core.settings import Settings
 from core.tables import Job, JobStatus, JobTransition, User
 from core.users import Principal
@@ -113,12 +126,22 @@ def _check_quota(session: Session, settings: Settings, who: Principal, spec: Job
     if user is None:
         return
     quota = team_pass.quota_of(user, settings)
-    if (never := quotas.never_within(spec, quota)) is not None:
+    kinds = _kinds_in_pool(settings, spec) if quota != quotas.Quota(quota.name) else frozenset((GPU, SLOT))
+    if (never := quotas.never_within(spec, quota, GPU in kinds, SLOT in kinds)) is not None:
         raise HTTPException(422, [{"loc": ["body"], "msg": never, "type": "quota_exceeded"}])
     # A first look, so a spec is not checked at length for nothing; the decision is quota_gate.admit's,
     # under the user's lock, in the transaction that inserts the job.
     if (over := quotas.over_queued(quota_gate.queued_of(session, who.user_id), quota)) is not None:
         raise _over_queued(over)
+
+
+def _kinds_in_pool(settings: Settings, spec: JobSpec) -> frozenset[str]:
+    """GPU and/or SLOT: what the job may take on its pool's registered hosts (an 'auto' job on a CPU-only pool takes
+    slots only, so its owner's GPU quota does not count it)."""
+    pool = spec.pool or settings.queue
+    engine = get_read_engine(settings.resolved_database_url)
+    views = [row.view() for row in hosts.read_all(engine, settings.resolved_stale_after_s) if row.pool == pool]
+    return kinds_in_pool(spec, views)
 
 
 def check_priority_ceiling(session: Session, who: Principal, priority: int) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from core import fair_share, quotas
 from core.placement import HostView, NodeUse, Team, Usage, Waiting, plan
+from core.placement_types import kinds_in_pool
 from core.quotas import Quota
 from trainer.spec import JobSpec
 
@@ -154,3 +155,49 @@ def test_queued_quota():
 def test_admins_have_no_quota_and_members_get_defaults_unless_set():
     assert quotas.for_user("root", "admin", (1, 1, 1), (8, 64, 100)) == Quota("root")
     assert quotas.for_user("bob", "member", (None, 2, None), (8, 64, 100)) == Quota("bob", 8, 2, 100)
+
+
+# --- the GPU quota counts only jobs that will run on GPUs (issue 37) --------------------------------------
+
+# A member allowed no GPUs, or whose GPUs are all held elsewhere: neither may hold up a job that runs on slots.
+NO_GPUS = Quota("alice", max_gpus=0, max_slots=8)
+GPUS_HELD = Quota("alice", max_gpus=1, max_slots=8)
+
+
+@pytest.mark.parametrize(
+    ("fields", "hosts", "kinds"),
+    [({}, [cpu("c", 8)], {"slot"}),  # auto on a CPU-only pool: slots only
+     ({}, [gpu("g", 2)], {"gpu"}), ({}, [gpu("g", 2), cpu("c", 8)], {"gpu", "slot"}),
+     ({}, [], {"gpu", "slot"}),  # no host yet: what it may take anywhere
+     ({"device": "cpu"}, [gpu("g", 2)], {"slot"}), ({"device": "cuda"}, [gpu("g", 2), cpu("c", 8)], {"gpu"}),
+     ({"device": "cuda"}, [cpu("c", 8)], {"gpu"}),  # no host can run it: never_fits says so, not the quota
+     ({"sync": "dataparallel"}, [gpu("g", 2), cpu("c", 8)], {"gpu"})],
+)  # fmt: skip
+def test_the_kinds_a_job_takes_in_its_pool(fields: dict, hosts: list[HostView], kinds: set[str]) -> None:
+    assert kinds_in_pool(spec(**fields), hosts) == kinds
+
+
+@pytest.mark.parametrize(
+    ("fields", "quota", "gpus", "slots", "refused"),
+    [({"nproc": 2}, NO_GPUS, False, True, None),  # auto on a CPU-only pool: the GPU quota is not counted
+     ({"nproc": 2}, Quota("alice", max_gpus=8, max_slots=1), False, True, "alice's quota is 1 CPU slots"),
+     ({"nproc": 2}, Quota("alice", max_gpus=1, max_slots=8), True, False, "alice's quota is 1 GPUs"),
+     ({"nproc": 2}, Quota("alice", max_gpus=8, max_slots=1), True, True, None),
+     ({"nproc": 2, "device": "cpu"}, NO_GPUS, True, True, None)],
+)  # fmt: skip
+def test_never_within_counts_only_the_kinds_its_pool_offers(fields, quota, gpus, slots, refused) -> None:
+    why = quotas.never_within(spec(**fields), quota, gpus, slots)
+    assert (why is None) if refused is None else (refused in (why or "")), why
+
+
+@pytest.mark.parametrize(
+    ("quota", "held_gpus"),
+    [(NO_GPUS, 0), (GPUS_HELD, 1), (Quota("alice", max_gpus=2, max_slots=8), 2)],
+)
+def test_an_auto_job_on_a_cpu_only_pool_is_placed_whatever_her_gpu_quota(quota: Quota, held_gpus: int) -> None:
+    """'needs 2 more' of her GPU quota held such a job for ever; her GPUs held in another pool count only there."""
+    held = [
+        Usage(10 + i, 0, False, (NodeUse("g-other", (str(i),), 0),), owner=1) for i in range(held_gpus)
+    ]  # fmt: skip
+    p = plan([waiting(1, owner=1, nproc=2)], [cpu("c", 8)], held, Team(quotas={1: quota}))
+    assert [(n.host, n.gpus, n.slots) for n in p.placements[0].nodes] == [("c", (), 2)], p.pending

@@ -18,6 +18,9 @@ def test_a_job_past_its_owners_quota_waits_then_starts_when_hers_ends(service, w
     # Refused at submit: could never fit her quota.
     r = alice.http.post("/jobs", json=fake_spec("too-big", nproc=2))
     assert r.status_code == 422 and "alice's quota is 1 CPU slots" in r.text, r.text
+    # 'auto' on this CPU-only pool takes slots only: her GPU quota does not let it in to wait for ever (issue 37).
+    r = alice.http.post("/jobs", json=fake_spec("too-big-auto", nproc=2, device="auto"))
+    assert r.status_code == 422 and "alice's quota is 1 CPU slots:" in r.text, r.text
 
     first = alice.submit(_short("a-first", steps=40))
     alice.wait(first["id"], lambda j: j["status"] == "running", 60, "running")
