@@ -25,6 +25,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, col
 
 from core.backends import BackendKind
+from core.placement_types import NodeUse, Usage
 from core.settings import Settings
 from core.tables import Host, Pool, SlurmNode
 from trainer.spec import JobSpec
@@ -101,6 +102,16 @@ def slurm_fit_refusal(spec: JobSpec, pool: SlurmPool) -> str | None:
 def host_may_run(host_pool: str, job_pool: str | None) -> bool:
     """A host runs only its own pool's jobs (a job row from before pools were recorded: any host's)."""
     return job_pool is None or job_pool == host_pool
+
+
+def slurm_usage(job_id: int, priority: int, spec: JobSpec, pool: str, owner: int | None) -> Usage:
+    """What a running job of a Slurm pool holds, for its owner's quota and fair share (never for placement: its
+    "host" is no host of rankzero's): per node, `nproc` GPUs for device 'cuda', else `nproc` CPU slots (device
+    'auto' asks Slurm for GPUs only where the agent's RANKZERO_SLURM_GPUS_PER_RANK says so, which the scheduler
+    does not know: a rank takes a core at least)."""
+    gpus = tuple(str(i) for i in range(spec.nproc)) if spec.device == "cuda" else ()
+    node = NodeUse(f"slurm:{pool}", gpus, 0 if gpus else spec.nproc)
+    return Usage(job_id, priority, False, (node,) * spec.nnodes, owner)
 
 
 # --- reading ---------------------------------------------------------------------------------------------

@@ -231,8 +231,9 @@ def _read(engine: Engine, settings: Settings) -> _State:
                 state.orphans.append((job_id, placement_id))
                 continue
             state.usage.append(_usage(job_id, priority, spec, record, owner))
-        elif status == S.queued and (pool or settings.queue) in slurm:
-            continue  # handed to Slurm by `rankzero slurm-agent`: rankzero places nothing there (docs/slurm.md)
+        elif (pool or settings.queue) in slurm:  # handed to Slurm by `rankzero slurm-agent`: nothing to place
+            if spec is not None and status in (S.running, S.cancelling):  # its quota and fair share count it
+                state.usage.append(pools.slurm_usage(job_id, priority, spec, pool or settings.queue, owner))
         elif status == S.queued and spec is not None:
             state.reasons[job_id] = reason
             state.waiting.append(

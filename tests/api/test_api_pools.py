@@ -92,6 +92,13 @@ def test_one_api_serves_a_hosts_pool_and_a_slurm_pool(
     waiting = {w.job_id: w.pool for w in _read(engine, settings).waiting}
     assert on_slurm.json()["id"] not in waiting and waiting[on_gpus.json()["id"]] == "gpu-a"
     assert rows.queued(engine, "cluster") == [on_slurm.json()["id"]]
+    # running on Slurm, its 2 nodes × 8 ranks count for its owner's quota and fair share (nothing is placed)
+    slurm_id = on_slurm.json()["id"]
+    assert rows.claim(engine, slurm_id, None, settings.resolved_runs_dir, "cluster", "handed to Slurm")
+    assert rows.mark_running(engine, slurm_id, 1, "running on n[1-2]")
+    held = {u.job_id: u for u in _read(engine, settings).usage}
+    assert [(n.host, n.slots) for n in held[slurm_id].nodes] == [("slurm:cluster", 8)] * 2
+    assert held[slurm_id].owner == on_slurm.json()["owner_id"] is not None
 
 
 def test_a_retried_submit_without_a_pool_is_the_same_job(client: TestClient, spec: dict[str, Any]) -> None:

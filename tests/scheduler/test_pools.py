@@ -7,7 +7,16 @@ import pytest
 
 from core.backends import BackendKind
 from core.placement import HostView, NodeUse, Team, Usage, Waiting, plan
-from core.pools import Pools, SlurmPool, UnknownPool, host_may_run, resolve, slurm_fit_refusal, unknown_pool
+from core.pools import (
+    Pools,
+    SlurmPool,
+    UnknownPool,
+    host_may_run,
+    resolve,
+    slurm_fit_refusal,
+    slurm_usage,
+    unknown_pool,
+)
 from core.quotas import Quota
 from core.team_pass import held_after
 from trainer.spec import JobSpec
@@ -159,3 +168,22 @@ def test_the_agent_registers_slurms_default_partition(sinfo: str, default: str |
     from worker.slurm.commands import default_partition, parse_sinfo
 
     assert default_partition(parse_sinfo(sinfo)) == default
+
+
+@pytest.mark.parametrize(
+    ("fields", "gpus", "slots"),
+    [
+        ({"device": "cuda", "nproc": 4, "nnodes": 2}, 8, 0),
+        ({"device": "cpu", "nproc": 3, "nnodes": 2}, 0, 6),
+        ({"device": "auto", "nproc": 2}, 0, 2),  # the agent's GPUs per rank are not known here: a core each
+    ],
+)
+def test_a_running_slurm_job_counts_for_its_owner(fields: dict, gpus: int, slots: int) -> None:
+    """A Slurm pool's running job holds units of its owner's quota and fair share, on no host of rankzero's."""
+    use = slurm_usage(7, 0, JobSpec.model_validate({"max_steps": 5, **fields}), "cluster", owner=1)
+    assert use.owner == 1 and not use.preemptible and {n.host for n in use.nodes} == {"slurm:cluster"}
+    assert (sum(len(n.gpus) for n in use.nodes), sum(n.slots for n in use.nodes)) == (gpus, slots)
+    # held on Slurm, it counts against her GPU quota in a hosts pool; the hosts' capacity is untouched
+    p = plan([_gpu_job(1, "gpu-b", owner=1, created=1.0)], _two_pools(), [use], Team(quotas={1: Quota("ann", 2)}))
+    assert bool(p.placements) is (gpus + 1 <= 2)
+    assert held_after([use], [], []) == {1: float(gpus + slots)}
