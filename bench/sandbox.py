@@ -1,15 +1,21 @@
 """What the job sandbox costs: issue 34's sandbox (a non-root job, the seccomp filter, read-only /proc/sys and
-root, sized tmpfs, a default memory limit) against the sandbox before it ("legacy": namespaces, a cgroup,
-the job as the worker's uid), side by side in one run; and each against no sandbox.
+root, sized tmpfs, a default memory limit, a filesystem of the disk limit's size over the run dir) against the
+same sandbox with the disk limit sampled instead ("sampled": what a non-root worker or a host without loop
+devices gets), the sandbox before issue 34 ("legacy": namespaces, a cgroup, the job as the worker's uid), side by
+side in one run; and each against no sandbox.
 
-    .venv/bin/python bench/sandbox.py [--rounds 3] [--steps 400] [--nproc 2]
+    .venv/bin/python bench/sandbox.py [--rounds 3] [--steps 400] [--nproc 2] [--run-dir-mb 0]
+
+`--run-dir-mb N`: each run dir holds an N MiB checkpoint of an earlier attempt before the launch (the new
+sandbox copies it into the attempt's filesystem). Every run's spec has `disk_limit_mb` 4,096.
 
 Each run is one attempt of the built-in trainer (mlp on synthetic data, CPU; `--nproc 2`: a real 2-rank gloo
 DDP job, so torch's import and gloo's sockets run under the filter), started exactly as the supervisor starts
 it (worker/launch.py `launch`), in the order new / legacy / off, rotated every round so drifting machine load
 hits all alike. "First step" is the time from the call to launch() to the first `progress` event's stamp;
 steps/s is taken from the progress events between the first and the last. Then the sandbox's fixed cost
-alone: `true` started in each sandbox vs directly, alternating, median of 20.
+alone: `true` started in each sandbox vs directly, alternating, median of 20; and the disk filesystem's own
+cost: making, filling (the run dir's contents) and mounting it, then copying back and unmounting, median of 5.
 
 The legacy sandbox is rebuilt here (`legacy_prepare`, swapped in for worker.sandbox.prepare while a legacy
 run starts): the worker itself has no switch back to it.
@@ -33,10 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from core.settings import Settings
 from trainer.run_dir import RunDir
-from worker import sandbox, sandbox_cgroup, sandbox_limits, sandbox_seccomp
+from worker import sandbox, sandbox_cgroup, sandbox_disk, sandbox_limits, sandbox_seccomp
 from worker.launch import launch
 
-MODES = ("new", "legacy", "off")
+MODES = ("new", "sampled", "legacy", "off")
+DISK_LIMIT_MB = 4096
 
 
 def legacy_args(view: sandbox.View) -> list[str]:
@@ -78,13 +85,15 @@ def legacy_prepare(view: sandbox.View, mark: str, memory_limit_mb: int | None, p
 
 @contextmanager
 def profile(mode: str):
-    real = sandbox.prepare
+    real, can_mount = sandbox.prepare, sandbox_disk.host_can_mount
     if mode == "legacy":
         sandbox.prepare = legacy_prepare  # type: ignore[assignment]
+    if mode == "sampled":  # as on a host without loop devices: the new sandbox, the disk limit sampled
+        sandbox_disk.host_can_mount = lambda: (False, True)
     try:
         yield
     finally:
-        sandbox.prepare = real
+        sandbox.prepare, sandbox_disk.host_can_mount = real, can_mount
 
 
 def _spec(steps: int, nproc: int) -> dict:
@@ -97,16 +106,27 @@ def _spec(steps: int, nproc: int) -> dict:
         "device": "cpu",
         "max_steps": steps,
         "checkpoint": {"every_epochs": None},
+        "disk_limit_mb": DISK_LIMIT_MB,
     }
 
 
-def one_run(root: Path, job_id: int, mode: str, steps: int, nproc: int) -> tuple[float, float]:
+def _earlier_checkpoint(run: RunDir, mb: int) -> None:
+    if mb > 0:
+        run.checkpoints.mkdir(parents=True, exist_ok=True)
+        with open(run.checkpoints / "step_00000001.pt.earlier", "wb") as fh:
+            for _ in range(mb):
+                fh.write(os.urandom(2**20))
+
+
+def one_run(root: Path, job_id: int, mode: str, steps: int, nproc: int, run_dir_mb: int) -> tuple[float, float]:
     settings = Settings.model_validate({"data_dir": root / "data", "sandbox": "off" if mode == "off" else "on"})
     run = RunDir(settings.resolved_runs_dir / f"job_{job_id}")
+    _earlier_checkpoint(run, run_dir_mb)
     t0 = time.time()
     with profile(mode):
         launched = launch(run, _spec(steps, nproc), job_id, 1, nproc, None, settings)
     code = launched.proc.wait(timeout=1800)
+    sandbox_disk.wait_released(launched.mark, 600)
     if code != 0:
         raise SystemExit(f"{mode} run failed ({code}): {launched.launcher_log.read_text()[-2000:]}")
     progress = [
@@ -122,7 +142,7 @@ def one_run(root: Path, job_id: int, mode: str, steps: int, nproc: int) -> tuple
 def spawn_cost(times: int = 20) -> dict[str, float]:
     """Median seconds to run `true` in each sandbox as prepare builds it vs directly: the fixed cost every
     attempt pays once (the new one's includes writing the filter to a memfd and bwrap loading it)."""
-    settings = Settings()
+    settings = Settings.model_validate({})
     root = os.geteuid() == 0
     view = sandbox.View(run_dir=Path(tempfile.gettempdir()), cwd=Path("/"), system=sandbox.system_dirs(),
                         runtime_dirs=sandbox.runtime_dirs(""), as_root=root)  # fmt: skip
@@ -145,7 +165,30 @@ def spawn_cost(times: int = 20) -> dict[str, float]:
             else:
                 subprocess.run(["true"], check=True)
             took[mode].append(time.perf_counter() - t)
+    took["sampled"] = took["new"]  # the same bwrap: the disk differs only at the attempt's start and end
     return {m: statistics.median(v) for m, v in took.items()}
+
+
+def disk_cost(run_dir_mb: int, times: int = 5) -> tuple[float, float] | None:
+    """Median seconds of the disk filesystem's start (make, copy the run dir in, mount) and end (copy back,
+    unmount, delete) for a run dir holding `run_dir_mb` MiB; None where this host cannot mount one."""
+    if os.geteuid() != 0 or not all(sandbox_disk.host_can_mount()):
+        return None
+    starts, ends = [], []
+    with tempfile.TemporaryDirectory(prefix="rz-bench-disk-") as tmp:
+        runs = Path(tmp) / "runs"
+        run = RunDir(runs / "job_1")
+        run.root.mkdir(parents=True)
+        _earlier_checkpoint(run, run_dir_mb)
+        for i in range(times):
+            t = time.perf_counter()
+            disk = sandbox_disk.AttemptDisk.mount(run.root, runs, f"bench-{i}", DISK_LIMIT_MB)
+            starts.append(time.perf_counter() - t)
+            (run.root / "new.bin").write_bytes(os.urandom(2**20))  # what an attempt adds
+            t = time.perf_counter()
+            disk.unmount()
+            ends.append(time.perf_counter() - t)
+    return statistics.median(starts), statistics.median(ends)
 
 
 def main() -> None:
@@ -153,19 +196,22 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--nproc", type=int, default=2)
+    parser.add_argument("--run-dir-mb", type=int, default=0)
     args = parser.parse_args()
     why = sandbox.probe()
     if why is not None:
         raise SystemExit(f"no sandbox on this host: {why}")
-    ceiling = sandbox_limits.ceiling_mb(sandbox_limits.host_memory_mb(), Settings().job_memory_fraction)
+    ceiling = sandbox_limits.ceiling_mb(
+        sandbox_limits.host_memory_mb(), Settings.model_validate({}).job_memory_fraction
+    )
     print(f"worker euid {os.geteuid()}; a job's memory limit by default {ceiling:,} MiB", flush=True)
     results: dict[str, list[tuple[float, float]]] = {m: [] for m in MODES}
     with tempfile.TemporaryDirectory(prefix="rz-bench-sandbox-") as tmp:
         job = 0
         for r in range(args.rounds):
-            for mode in MODES[r % 3 :] + MODES[: r % 3]:
+            for mode in MODES[r % len(MODES) :] + MODES[: r % len(MODES)]:
                 job += 1
-                first, rate = one_run(Path(tmp), job, mode, args.steps, args.nproc)
+                first, rate = one_run(Path(tmp), job, mode, args.steps, args.nproc, args.run_dir_mb)
                 results[mode].append((first, rate))
                 print(f"round {r + 1} {mode:>6}: first step {first:6.2f} s   {rate:8.1f} steps/s", flush=True)
     med = {m: (statistics.median(f for f, _ in v), statistics.median(s for _, s in v)) for m, v in results.items()}
@@ -174,9 +220,17 @@ def main() -> None:
     print(f"{'sandbox':<22}{'first step (s)':>16}{'steps/s':>12}{'start `true` (ms)':>20}")
     for mode in MODES:
         print(f"{mode:<22}{med[mode][0]:>16.2f}{med[mode][1]:>12.1f}{spawn[mode] * 1000:>20.1f}")
-    for a, b in (("new", "legacy"), ("new", "off"), ("legacy", "off")):
+    for a, b in (("new", "sampled"), ("new", "legacy"), ("new", "off"), ("legacy", "off")):
         print(f"{'ratio ' + a + '/' + b:<22}{med[a][0] / med[b][0]:>16.3f}{med[a][1] / med[b][1]:>12.3f}"
               f"{spawn[a] / spawn[b]:>20.2f}")  # fmt: skip
+    for mb in sorted({0, args.run_dir_mb}):
+        cost = disk_cost(mb)
+        said = (
+            "no filesystem on this host"
+            if cost is None
+            else f"start {cost[0] * 1000:.0f} ms, end {cost[1] * 1000:.0f} ms"
+        )
+        print(f"disk filesystem ({DISK_LIMIT_MB:,} MiB limit), run dir holding {mb} MiB: {said}")
 
 
 if __name__ == "__main__":

@@ -82,6 +82,7 @@ class Launched:
     launcher_log: Path
     # Not None when the attempt runs unsandboxed (RANKZERO_SANDBOX=off): the line every job page shows.
     warning: str | None = None
+    disk_limit: str | None = None  # how the job's disk limit holds (worker/sandbox_disk.py), None: it has none
 
 
 def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get the worker's env settings)
@@ -168,6 +169,7 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
             settings.sandbox_pids_max,
             settings=settings,
             disk_limit_mb=sandbox_limits.disk_limit_mb(spec.get("disk_limit_mb"), settings.job_disk_limit_mb),
+            several_nodes=topo.several,
         )
     except BaseException:
         _close(input_fds)
@@ -193,7 +195,8 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
     finally:
         _close(input_fds)
     box.started(proc)
-    return Launched(proc=proc, mark=mark, port=port, log_dir=log_dir, launcher_log=launcher_log)
+    disk = box.disk.mode.why if box.disk.mode is not None else None
+    return Launched(proc=proc, mark=mark, port=port, log_dir=log_dir, launcher_log=launcher_log, disk_limit=disk)
 
 
 class DataFetchFailed(OSError):

@@ -12,7 +12,7 @@ from celery.signals import worker_ready, worker_shutting_down
 
 from core import capacity, hosts
 from core.settings import Settings
-from worker import drain, host_address, host_watch, notify_sender, recover, sandbox, scheduler
+from worker import drain, host_address, host_watch, notify_sender, recover, sandbox, sandbox_disk, scheduler
 
 log = logging.getLogger("rankzero.worker")
 _stop = threading.Event()
@@ -34,6 +34,8 @@ def prepare(settings: Settings) -> None:
     host_address.check(settings)  # raises HostAddressUnresolvable (what to set): no start
     upgrade(settings.resolved_database_url)
     settings.resolved_runs_dir.mkdir(parents=True, exist_ok=True)
+    sandbox_disk.recover(settings.resolved_runs_dir)  # attempts' filesystems a dead worker left mounted (issue 34)
+    log.info("%s", sandbox_disk.host_summary(settings.sandbox == "on"))
     hosts.register(settings, capacity.host_gpus(settings))
     drain.clear_drain(settings)
 

@@ -155,6 +155,7 @@ def _run_attempt(engine: Engine, settings: Settings, job: Job, spec: JobSpec, cu
     artifact_shipping.start_for_attempt(settings, job_id, number, run)  # a host without the API's runs dir
     warned = f"; {launched.warning}" if launched.warning else ""  # the job page shows it (sandbox off)
     warned += f"; {ready.summary()}" if ready is not None else ""
+    warned += f"; {launched.disk_limit}" if launched.disk_limit else ""  # ENOSPC at the limit, or sampled (and why)
     jobs.mark_running(engine, job_id, pid, detail=f"torchrun pid {pid}, attempt {number}{_where(layout, spec)}{warned}",
                       attempt=number)  # fmt: skip
     log.info("job %s attempt %s: torchrun pid %s on %s", job_id, number, pid, cuda or "cpu")

@@ -2,8 +2,9 @@
 mount, pid, IPC and UTS namespaces (and a user namespace where the worker is not root), with every
 capability dropped, and in one cgroup (worker/sandbox_cgroup.py). docs/security.md "The job sandbox".
 Issue 34: never as uid 0 (a root worker's job switches to RANKZERO_SANDBOX_UID/GID: worker/sandbox_ids.py),
-under a seccomp filter (worker/sandbox_seccomp.py), with /proc/sys and its own root read-only, and within a
-memory limit that its /tmp and /dev/shm count against (worker/sandbox_limits.py).
+under a seccomp filter (worker/sandbox_seccomp.py), with /proc/sys and its own root read-only, within a memory
+limit that its /tmp and /dev/shm count against (worker/sandbox_limits.py), and on a run dir filesystem of its
+disk limit's size where the host allows one (worker/sandbox_disk.py).
 
 What an attempt sees (`View`, turned into bwrap's arguments by the pure `bwrap_args`):
 - read-only: the system dirs (/usr, /etc, ...), the Python environment and the service's code, the
@@ -14,15 +15,13 @@ What an attempt sees (`View`, turned into bwrap's arguments by the pure `bwrap_a
 - nothing else: not the data dir (the token file, the SQLite database), not the runs dir (other
   jobs' run dirs, the bundle store), not the bundle cache; a /proc of its own pid namespace only (the
   worker's environ, its pid: out of sight and out of reach of signals and ptrace).
-A single-node attempt also gets a network namespace with loopback only: no port it opens (the
-rendezvous store, gloo, NCCL's bootstrap, a listener of the script's) is reachable from outside.
-A multi-node attempt shares the host's network (its ranks must reach the other hosts).
+A single-node attempt also gets a network namespace with loopback only: no port it opens (the rendezvous store,
+gloo, NCCL's bootstrap, a listener of the script's) is reachable from outside; a multi-node one, the host's.
 
-How it ends: the job's first process (worker/sandbox_guard.py, torchrun's parent) is the init of
-its pid namespace (--as-pid-1), so when it exits (torchrun exited, or it was killed) the kernel kills
-every process of the namespace, escaped or not; `end(mark)` then kills whatever is left in the
-attempt's cgroup and removes it. The worker's death reaches the job through a pipe
-(worker/sandbox_guard.py), not the parent-death signal, which cannot cross bwrap.
+How it ends: the job's first process (worker/sandbox_guard.py, torchrun's parent) is the init of its pid
+namespace (--as-pid-1), so when it exits (torchrun exited, or it was killed) the kernel kills every process of
+the namespace, escaped or not; `end(mark)` then kills whatever is left in the attempt's cgroup and removes it.
+The worker's death reaches the job through a pipe (worker/sandbox_guard.py), not the parent-death signal.
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from core.settings import Settings
-from worker import sandbox_cgroup, sandbox_ids, sandbox_limits, sandbox_probe, sandbox_seccomp
+from worker import sandbox_cgroup, sandbox_disk, sandbox_ids, sandbox_limits, sandbox_probe, sandbox_seccomp
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +116,8 @@ def _under(path: Path, base: Path) -> bool:
 
 def bwrap_args(view: View) -> list[str]:
     """bwrap's options for `view` (pure: the caller found the system dirs, devices and paths)."""
-    return [*_namespace_args(view), *_mount_args(view), "--chdir", str(view.cwd)]
+    # A root worker's job enters its folder once it is the job's uid (sandbox_ids.CWD_ENV), bwrap only "/".
+    return [*_namespace_args(view), *_mount_args(view), "--chdir", "/" if view.run_as else str(view.cwd)]
 
 
 def _namespace_args(view: View) -> list[str]:
@@ -132,7 +132,8 @@ def _namespace_args(view: View) -> list[str]:
     args += ["--cap-drop", "ALL"]
     if view.run_as is not None:  # for the job's first process to switch ids; the switch clears them
         run_as = sandbox_ids.run_as_value(*view.run_as, sandbox_ids.device_groups(view.devices))
-        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--setenv", sandbox_ids.RUN_AS_ENV, run_as]
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--setenv", sandbox_ids.RUN_AS_ENV, run_as,
+                 "--setenv", sandbox_ids.CWD_ENV, str(view.cwd)]  # fmt: skip
     return args
 
 
@@ -281,10 +282,8 @@ def check_host(sandbox_setting: str) -> str | None:
         return NOT_ISOLATED
     require()
     if cgroups() is None:
-        log.warning(
-            "no writable cgroup (v1 memory+pids, or v2) for job cgroups: jobs run in namespaces, but their "
-            "memory limit is enforced by the worker's sampling only and no pids limit applies"
-        )
+        log.warning("no writable cgroup (v1 memory+pids, or v2) for job cgroups: jobs run in namespaces, but their "
+                    "memory limit is enforced by the worker's sampling only and no pids limit applies")  # fmt: skip
     return None
 
 
@@ -303,6 +302,7 @@ class Prepared:
     extra_fds: tuple[int, ...] = ()  # the seccomp filter's memfd: passed to bwrap, closed here once it started
     memory_limit_mb: int | None = None  # what the attempt's cgroup and tmpfs sizes hold it to
     file_size_limit: int = resource.RLIM_INFINITY  # RLIMIT_FSIZE of every process of the job
+    disk: sandbox_disk.DiskLimit = field(default_factory=sandbox_disk.DiskLimit)  # how its disk limit holds
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
@@ -316,8 +316,8 @@ class Prepared:
         cgroup, fsize = self.cgroup, self.file_size_limit
 
         def run_in_child() -> None:
-            # bwrap's processes ignore the SIGTERM a cancel sends the group (bwrap would die of it and
-            # report no exit code); the guard inside gives torchrun the default action back.
+            # bwrap's processes ignore the SIGTERM a cancel sends the group (bwrap would die of it and report no
+            # exit code); the guard inside gives torchrun the default action back.
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             if cgroup is not None:
                 cgroup.join_self()
@@ -327,8 +327,8 @@ class Prepared:
         return run_in_child
 
     def started(self, proc: subprocess.Popen[bytes] | None) -> None:
-        """After the spawn: the worker keeps only the write end (its death closes it), and a thread
-        ends the sandbox when bwrap exits, whoever stops the attempt and however (`end`)."""
+        """After the spawn: the worker keeps only the write end (its death closes it), and a thread ends the
+        sandbox when bwrap exits, whoever stops the attempt and however (`end`)."""
         for fd in (self.watch_read, *self.extra_fds):
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -340,8 +340,8 @@ class Prepared:
 
 
 def _end_when_exited(proc: subprocess.Popen[bytes], mark: str) -> None:
-    # Popen.wait here and the supervisor's poll() share Popen's waitpid lock: poll() reads None until
-    # this wait has reaped bwrap, then the same exit code.
+    # Popen.wait here and the supervisor's poll() share Popen's waitpid lock: poll() reads None until this
+    # wait has reaped bwrap, then the same exit code.
     proc.wait()
     end(mark)
 
@@ -352,7 +352,7 @@ MAX_ENDED_REMEMBERED = 1000
 _lock = threading.Lock()
 
 
-def prepare(
+def prepare(  # noqa: PLR0913 (keyword-only: the disk limit, whether the attempt spans hosts)
     view: View,
     mark: str,
     memory_limit_mb: int | None,
@@ -360,10 +360,11 @@ def prepare(
     *,
     settings: Settings | None = None,
     disk_limit_mb: int | None = None,
+    several_nodes: bool = False,
 ) -> Prepared:
     """The attempt's sandbox: its memory limit (`memory_limit_mb`, the spec's or the server's default, within
     RANKZERO_JOB_MEMORY_FRACTION of the host; that fraction when None), its cgroup, its seccomp filter, and
-    for a root worker the job's ids with the files it needs made reachable to them."""
+    for a root worker the job's ids with the files it needs made reachable to them, and its disk's filesystem."""
     require()
     settings = settings if settings is not None else _settings()
     bwrap = shutil.which("bwrap") or "bwrap"
@@ -389,8 +390,9 @@ def prepare(
         raise
     read, write = os.pipe()  # both close-on-exec: only the sandbox (pass_fds) gets the read end
     argv = [bwrap, "--seccomp", str(seccomp_fd), *bwrap_args(view)]
-    fsize = sandbox_limits.file_size_limit(disk_limit_mb)
-    return Prepared(mark, argv, cgroup, read, write, (seccomp_fd,), memory.limit_mb, fsize)
+    disk = sandbox_disk.for_attempt(view.run_dir, settings.resolved_runs_dir, mark, disk_limit_mb, several_nodes)
+    fsize = sandbox_limits.file_size_limit(None if disk.mounted else disk_limit_mb)  # a filesystem's ENOSPC instead
+    return Prepared(mark, argv, cgroup, read, write, (seccomp_fd,), memory.limit_mb, fsize, disk)
 
 
 def _settings() -> Settings:
@@ -420,6 +422,7 @@ def end(mark: str) -> Ended | None:
         killed = len(prepared.cgroup.kill_all())
         ooms = prepared.cgroup.oom_kills()
         prepared.cgroup.remove()
+    prepared.disk.release(mark)  # its processes are gone: the run dir's files back underneath
     with contextlib.suppress(OSError):
         os.close(prepared.watch_write)
     if ooms:  # the supervisor asks after the sandbox has ended (its failure then names the kernel's kills)

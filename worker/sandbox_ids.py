@@ -26,6 +26,10 @@ import stat
 from pathlib import Path
 
 RUN_AS_ENV = "RANKZERO_SANDBOX_RUN_AS"  # "uid:gid[:group,...]", read and removed by the job's first process
+# The job's working folder, entered by its first process once it runs as the job's uid (`drop_from_env`), not by
+# bwrap: bwrap enters it after dropping its capabilities, still as uid 0, and uid 0 without CAP_DAC_OVERRIDE is
+# refused a run dir that belongs to the job's uid with mode 0700 (a worker whose umask is 077 makes it so).
+CWD_ENV = "RANKZERO_SANDBOX_CWD"
 JOB_UMASK = 0o077  # the job's files stay private to it, as they were under the worker's own umask
 PR_SET_DUMPABLE = 4
 
@@ -191,6 +195,9 @@ def drop_from_env() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
     if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid) or _effective_caps() != 0:
         raise PermissionError(f"the sandbox could not switch the job to uid {uid}, gid {gid} without capabilities")
+    cwd = os.environ.pop(CWD_ENV, None)
+    if cwd is not None:
+        os.chdir(cwd)
 
 
 def _effective_caps() -> int:

@@ -4,7 +4,9 @@ happened to `<run dir>/attack_rank<R>.json` (an errno name, or "done" when the k
 then, when asked, fills /dev/shm past its memory limit.
 
 attack.json: {"key": description of a key to add and look for, "fallocate_mb": size to fallocate in the
-run dir, "shm_mb": MiB to write to /dev/shm after the report (or null)}
+run dir, "shm_mb": MiB to write to /dev/shm after the report (or null), "small_files_mb": MiB to write in the run
+dir as 64 KiB files (or null), "keep_mb": MiB to write to `kept.bin` in the run dir and leave there (or null)}
+The report also lists the run dir's `checkpoints/` (what an earlier attempt left there, as the job sees it).
 
 `python -m tests.security.sandbox_attacks launch DATA_DIR JOB_ID SPEC_JSON` is a worker of its own: it
 launches one attempt as the supervisor does (worker/launch.py) and prints its exit code. The tests run it
@@ -17,6 +19,7 @@ import ctypes
 import errno
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -76,6 +79,29 @@ def _fallocate(path: Path, mb: int) -> str:
         path.unlink(missing_ok=True)
 
 
+def _small_files(folder: Path, mb: int) -> str:
+    """Write `mb` MiB as 64 KiB files (each closed before the next): the errno that stopped it, or "done". They are
+    removed after (the report is written next)."""
+    folder.mkdir()
+    block = b"\1" * 65536
+    try:
+        for i in range(mb * 16):
+            with open(folder / f"f{i:06d}", "wb") as fh:
+                fh.write(block)
+        return "done"
+    except OSError as exc:
+        return _errno_name(exc.errno or 0)
+    finally:
+        shutil.rmtree(folder)
+
+
+def _keep(path: Path, mb: int) -> str:
+    with open(path, "wb") as fh:
+        for _ in range(mb):
+            fh.write(os.urandom(2**20))
+    return "done"
+
+
 def _status() -> dict[str, str]:
     fields = dict(line.split(":\t", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":\t" in line)
     return {k: fields.get(k, "").strip() for k in ("Uid", "Gid", "CapEff", "CapPrm", "CapBnd", "NoNewPrivs", "Seccomp")}
@@ -85,14 +111,20 @@ def attack(ask: dict, run_dir: Path) -> dict[str, object]:
     key = ask["key"].encode()
     return {
         "status": _status(),
+        "cwd": os.getcwd(),
         "sysctl": {path: _write(path, value) for path, value in SYSCTLS.items()},
         "sysrq": _write("/proc/sysrq-trigger", "h") if Path("/proc/sysrq-trigger").exists() else "ENOENT",
         "add_key": _syscall(248, b"user", key, b"a secret of one job", 19, KEY_SPEC_USER_KEYRING),
         "find_key": _syscall(250, KEYCTL_SEARCH, KEY_SPEC_USER_KEYRING, b"user", key, 0),
         "syscalls": {name: _syscall(number, 0, 0, 0, 0, 0) for name, number in SYSCALLS.items()},
+        "kept": _keep(run_dir / "kept.bin", int(ask["keep_mb"])) if ask.get("keep_mb") else None,
         "fallocate": _fallocate(run_dir / "big.bin", int(ask.get("fallocate_mb", 0)))
         if ask.get("fallocate_mb")
         else None,
+        "small_files": _small_files(run_dir / "small", int(ask["small_files_mb"]))
+        if ask.get("small_files_mb")
+        else None,
+        "checkpoints": sorted(p.name for p in (run_dir / "checkpoints").iterdir()),
         "write_root": _write("/planted", "x"),
         "own_run_dir": _write(str(run_dir / "mine.txt"), "x"),
     }

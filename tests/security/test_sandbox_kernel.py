@@ -14,13 +14,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
-from worker import sandbox
+from tests.support.deadlines import seconds
+from worker import sandbox, sandbox_disk
 
 pytestmark = pytest.mark.skipif(sandbox.probe() is not None, reason=f"no sandbox here: {sandbox.probe()}")
 
@@ -55,6 +57,8 @@ class Worker:
 
     def __init__(self, root: bool, data_dir: Path) -> None:
         self.root, self.data_dir = root, data_dir
+        self.disk_limit: str | None = None  # how the last root-worker launch held its disk limit (its words)
+        self.run_dir_mode = 0o755  # the run dir as the worker makes it (0700 under a worker whose umask is 077)
 
     def run(self, job_id: int, ask: dict[str, Any], **spec: Any) -> tuple[int, Path, str]:
         from core.settings import Settings
@@ -62,6 +66,7 @@ class Worker:
         settings = Settings(data_dir=self.data_dir, sandbox="on")
         run_dir = settings.resolved_runs_dir / f"job_{job_id}"
         run_dir.mkdir(parents=True, exist_ok=True)
+        run_dir.chmod(self.run_dir_mode)
         (run_dir / "attack.json").write_text(json.dumps(ask))
         full = {"name": "attack", **spec}
         if self.root:
@@ -74,6 +79,9 @@ class Worker:
 
         launched = launch(RunDir(run_dir), spec, job_id, 1, 1, None, settings)
         code = launched.proc.wait(timeout=300)
+        # The attempt ends in the sandbox's own thread: its run dir's filesystem, if any, copied back and gone.
+        assert sandbox_disk.wait_released(launched.mark, seconds(120)), "the attempt's filesystem is still mounted"
+        self.disk_limit = launched.disk_limit
         return code, run_dir, launched.launcher_log.read_text()
 
     def _run_as_user(self, run_dir: Path, job_id: int, spec: dict) -> tuple[int, Path, str]:
@@ -122,7 +130,10 @@ def test_a_job_cannot_change_the_kernel_or_leave_a_key(worker: Worker) -> None:
     assert seen["add_key"] == "EPERM" and seen["find_key"] == "EPERM", seen
     for name, outcome in seen["syscalls"].items():
         assert outcome == "EPERM", f"{name}: {outcome}"
-    assert seen["fallocate"] in REFUSED, f"a 300 MB fallocate against a 50 MB disk limit: {seen['fallocate']}"
+    # A root worker's job gets a filesystem of its disk limit's size where the host has loop devices: ENOSPC; a
+    # non-root worker's, the sampled check with no file past twice the limit: EFBIG.
+    on_filesystem = worker.root and all(sandbox_disk.host_can_mount())
+    assert seen["fallocate"] == ("ENOSPC" if on_filesystem else "EFBIG"), "a 300 MB fallocate against a 50 MB limit"
     assert seen["write_root"] in REFUSED  # the sandbox's own root is read-only
     assert seen["own_run_dir"] == "done"  # what the job may write, it still can
     assert _host_values() == before, "a host sysctl changed during the job"
@@ -135,7 +146,13 @@ def test_a_job_cannot_change_the_kernel_or_leave_a_key(worker: Worker) -> None:
     assert _report(run_dir)["find_key"] == "EPERM"
 
 
-def test_filling_dev_shm_past_the_memory_limit_ends_in_the_jobs_own_limits(worker: Worker) -> None:
+def test_filling_dev_shm_past_the_memory_limit_ends_in_the_jobs_own_limits(
+    worker: Worker, served_api: Callable[..., Any]
+) -> None:
+    """The job meets its own limit; the API (a process of its own, as `rankzero api` serves it) and its database
+    answer after it, as before it."""
+    api = served_api()
+    assert httpx.get(f"{api.base}/api/jobs", headers=api.auth, timeout=seconds(10)).status_code == 200
     code, run_dir, log = worker.run(3, {"key": "rz-shm", "shm_mb": 1200}, memory_limit_mb=768)
     assert (run_dir / "attack_rank0.json").exists(), log
     if (run_dir / "shm.txt").exists():  # not killed: the tmpfs, sized to the limit, refused the rest
@@ -143,3 +160,82 @@ def test_filling_dev_shm_past_the_memory_limit_ends_in_the_jobs_own_limits(worke
     else:  # killed by the OOM killer inside its own cgroup: torchrun reports the rank's death
         assert code != 0, log
     assert not Path("/dev/shm/fill").exists()  # the job's /dev/shm was its own
+    assert api.proc.poll() is None, "the API died while the job filled /dev/shm"
+    jobs = httpx.get(f"{api.base}/api/jobs", headers=api.auth, timeout=seconds(10))  # a database read
+    assert jobs.status_code == 200, jobs.text
+    assert httpx.get(f"{api.base}/api/health", timeout=seconds(10)).status_code == 200
+
+
+def _mounts_under(folder: Path) -> list[str]:
+    points = (line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines())
+    return [p for p in points if p.startswith(str(folder))]
+
+
+@pytest.fixture
+def root_worker(monkeypatch: pytest.MonkeyPatch) -> Iterator[Worker]:
+    monkeypatch.setenv("RANKZERO_TRAINER_MODULE", "tests.security.sandbox_attacks")
+    monkeypatch.delenv("RANKZERO_SANDBOX", raising=False)
+    data_dir = Path(tempfile.mkdtemp(prefix="rz-disk-"))
+    try:
+        yield Worker(True, data_dir)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not all(sandbox_disk.host_can_mount()),
+    reason="a filesystem per attempt needs a root worker and loop devices (elsewhere: the sampled check, tested below)",
+)
+def test_a_root_workers_job_meets_enospc_at_its_disk_limit_and_keeps_its_files(root_worker: Worker) -> None:
+    """Issue 34: a 300 MB fallocate and 80 MB of small files against a 50 MB limit fail inside the job with ENOSPC;
+    what an earlier attempt left (a checkpoint) is in the job's view, and what this one wrote outlives it."""
+    run_dir = Path(root_worker.data_dir) / "runs" / "job_5"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    earlier = os.urandom(300_000)
+    (run_dir / "checkpoints" / "step_00000010.pt").write_bytes(earlier)
+
+    code, run_dir, log = root_worker.run(5, {"key": "rz-disk", "fallocate_mb": 300, "small_files_mb": 80,
+                                              "keep_mb": 5}, disk_limit_mb=50)  # fmt: skip
+    assert code == 0, log
+    seen = _report(run_dir)
+    assert seen["fallocate"] == "ENOSPC" and seen["small_files"] == "ENOSPC", seen
+    assert seen["checkpoints"] == ["step_00000010.pt"]  # the exact resume's checkpoint, in the job's view
+    assert root_worker.disk_limit is not None and "enforced by a filesystem" in root_worker.disk_limit
+
+    # After the attempt: its files in the run dir itself, the filesystem and its image gone.
+    assert _mounts_under(root_worker.data_dir) == []
+    assert list((run_dir.parent / sandbox_disk.DISKS_DIR).iterdir()) == []
+    assert (run_dir / "kept.bin").stat().st_size == 5 * 2**20
+    assert (run_dir / "checkpoints" / "step_00000010.pt").read_bytes() == earlier
+    assert not (run_dir / "small").exists() and (run_dir / "mine.txt").read_text() == "x"  # removed by the job
+    assert os.stat(run_dir).st_uid == os.stat(run_dir / "kept.bin").st_uid != 0  # the job's, as before
+
+
+def test_where_no_filesystem_can_be_made_the_sampled_check_holds_and_says_so(
+    root_worker: Worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host without loop devices (a container): the job runs, no file passes twice its limit (EFBIG), and the
+    worker's words name the fallback and why."""
+    monkeypatch.setattr(sandbox_disk, "host_can_mount", lambda: (False, True))
+    code, run_dir, log = root_worker.run(6, {"key": "rz-disk", "fallocate_mb": 300}, disk_limit_mb=50)
+    assert code == 0, log
+    assert _report(run_dir)["fallocate"] == "EFBIG"
+    assert root_worker.disk_limit is not None and "once per heartbeat" in root_worker.disk_limit
+    assert "no loop devices" in root_worker.disk_limit
+    assert _mounts_under(root_worker.data_dir) == []
+
+
+def test_a_root_workers_job_enters_a_run_dir_closed_to_all_but_its_owner(root_worker: Worker) -> None:
+    """bench/worker_cpu.py saw "bwrap: Can't chdir to the run dir: Permission denied": a worker whose umask is 077
+    makes the run dir 0700, the sandbox gives it to the job's uid, and bwrap entered it as uid 0 without
+    capabilities. The job's first process enters it now, as the job's uid."""
+    root_worker.run_dir_mode = 0o700
+    old = os.umask(0o077)
+    try:
+        code, run_dir, log = root_worker.run(7, {"key": "rz-chdir"})
+    finally:
+        os.umask(old)
+    assert "Can't chdir" not in log
+    assert code == 0, log
+    seen = _report(run_dir)
+    assert seen["cwd"] == str(run_dir) and seen["status"]["Uid"].split()[0] != "0"
