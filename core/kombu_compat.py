@@ -231,3 +231,42 @@ def poll_adaptively(poll_s: float) -> None:
 
     Transport.polling_interval = poll_s
     Transport.drain_events = _adaptive_drain_events
+
+
+# --- the embedded broker: two processes creating the same queue row at once -----------------------
+#
+# kombu's SQLAlchemy Channel._get_or_create (kombu 5.x) guards "select, then insert" with a thread lock
+# only: two worker processes starting together (two hosts of one pool, or `rankzero up` and a second
+# worker) both miss the row and both insert it; the loser's UNIQUE violation is an IntegrityError,
+# which kombu does not catch, and that worker dies at start (seen in tests/ops/test_drain.py: one of
+# two workers never registered). The loser rolls back and reads the row the winner committed.
+
+
+def get_or_create_queue(channel: Any, queue: str, original: Any) -> Any:
+    """kombu's `_get_or_create`, with a lost insert race read back instead of raised."""
+    from sqlalchemy.exc import IntegrityError
+
+    try:
+        return original(channel, queue)
+    except IntegrityError:
+        channel.session.rollback()
+        row = channel.session.query(channel.queue_cls).filter(channel.queue_cls.name == queue).first()
+        if row is None:  # not a lost race after all: what kombu would have raised
+            raise
+        return row
+
+
+def tolerate_queue_create_race() -> None:
+    """Install `get_or_create_queue` on kombu's SQLAlchemy transport (idempotent)."""
+    from kombu.transport.sqlalchemy import Channel
+
+    original = Channel.__dict__["_get_or_create"]
+    if getattr(original, "_rz_race_safe", False):
+        return
+
+    def _get_or_create(self: Any, queue: str) -> Any:
+        return get_or_create_queue(self, queue, original)
+
+    _get_or_create._rz_race_safe = True  # type: ignore[attr-defined]
+    _get_or_create._rz_original = original  # type: ignore[attr-defined]
+    Channel._get_or_create = _get_or_create

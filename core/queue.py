@@ -49,6 +49,7 @@ def make_celery(settings: Settings) -> Celery:
         from core import kombu_compat
 
         kombu_compat.poll_adaptively(settings.embedded_poll_s)
+        kombu_compat.tolerate_queue_create_race()  # two processes creating one queue row (see the module)
     app.conf.update(
         task_default_queue=settings.queue,
         task_acks_late=True,

@@ -21,9 +21,10 @@ from tests.support.jobs import (
 from tests.support.services import DEFAULT_SETTINGS, ServiceOptions
 
 FAST = {"RANKZERO_SCHEDULER_POLL_S": "0.2"}  # the default stale threshold: a drain is no host loss
-# Long enough that the drain (asked at step 13, seen by the API a second or so late, acted on at the worker's next
-# scan) reaches the ranks well before the run would finish by itself, even on a loaded machine.
-TOTAL = 100
+TOTAL = 40
+# The first attempt's ranks wait in step 14 until the drain's SIGTERM reaches them (tests/support/slow_model.py):
+# the drain lands mid-run however late the worker acts on it, never after the run has finished by itself.
+HOLD = 14
 
 
 @pytest.fixture
@@ -50,8 +51,10 @@ def test_drain_moves_a_running_job_to_another_host_from_its_checkpoint(service, 
             settings, pool="threads", concurrency=2, name=f"{name}@%h", extra_env={**env, "RANKZERO_HOST_NAME": name}
         )
     wait(lambda: sum(h["alive"] for h in client.http.get("/hosts").json()) == 2, 90, "hosts a and b up")
-    job = client.submit(slow_spec("drained", max_steps=TOTAL))
-    running = client.wait(job["id"], lambda j: j["step"] >= 13, 120, "step 13")
+    spec = slow_spec("drained", max_steps=TOTAL)
+    spec["model"]["args"]["hold_at_step"] = HOLD
+    job = client.submit(spec)
+    running = client.wait(job["id"], lambda j: j["step"] >= HOLD - 1, 120, f"step {HOLD - 1}")
     first = host_of(running)
     other = "b" if first == "a" else "a"
 

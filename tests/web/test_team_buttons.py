@@ -22,7 +22,7 @@ def _sign_in(new_page, web_service, token: str):
 def _job_page(page, web_service, job_id: int | None):
     page.goto(f"{web_service.base}/jobs/{job_id}")
     page.wait_for_selector("#checkpoints-body tr")
-    page.wait_for_function("document.querySelector('#job-facts').textContent.includes('submitted by')")
+    page.wait_for_function("() => document.querySelector('#job-facts').textContent.includes('submitted by')")
     return page
 
 
@@ -85,7 +85,7 @@ def test_a_member_is_offered_a_sweeps_actions_on_her_own_sweep_only_and_no_drain
     page = _sign_in(new_page, web_service, made.json()["token"]["token"])
     for who, offered in (("admin", False), ("mine", True)):
         page.goto(f"{web_service.base}/sweeps/{ids[who]}")
-        page.wait_for_function("!document.querySelector('#sweep-actions').hidden")  # rendered
+        page.wait_for_function("() => !document.querySelector('#sweep-actions').hidden")  # rendered
         assert page.locator("#sweep-extend").is_visible() is offered, who
         assert page.locator("#sweep-resume").is_visible() is offered, who
     page.goto(f"{web_service.base}/hosts")
