@@ -73,3 +73,22 @@ def test_failure_on_rank_1_is_reported_with_its_rank_and_traceback(tmp_path):
     error_files = layout.error_files(0)
     assert error_files, "torchrun's @record error file is missing"
     assert any("boom from rank 1" in p.read_text() for p in error_files)
+
+
+def test_every_rank_keeps_its_own_progress_record(tmp_path):
+    """Issue 38: each rank's `ranks/rank_N.json` (trainer/rank_progress.py) says its last step, that it is past
+    its own work, and its medians (wall step time; own work: data + forward, marked by the built-in trainer)."""
+    from trainer.rank_progress import read_all
+
+    spec = make_spec(nproc=2, max_steps=12, eval_every=None, checkpoint={"every_steps": None, "every_epochs": None})
+    run_dir = tmp_path / "run"
+    layout = RunDir(run_dir)
+    done = run(trainer_cmd(write_spec(tmp_path / "r.json", spec), run_dir, nproc=2, log_dir=layout.attempt_logs(0)),
+               RANKZERO_ATTEMPT="1")  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:]
+    records = read_all(layout.ranks, run_dir)
+    assert sorted(records) == [0, 1], records
+    for rank, record in records.items():
+        assert record["rank"] == rank and record["step"] == 12 and record["attempt"] == 1, record
+        assert record["phase"] == "wait" and record["progress_at"] > 0, record
+        assert 0 < record["work_s"] < record["step_s"], record  # own work is a part of the step
