@@ -101,8 +101,11 @@ def _print_queued(job: dict[str, Any], note: str = "") -> None:
 
     is_script = bool((job.get("spec") or {}).get("entrypoint"))
     shape = "" if is_script else f", global batch {views.number(job['global_batch_size'])}"
+    pool = f" in pool {job['pool']}" if job.get("pool") else ""
     console.print(
-        Text.assemble("job ", (str(job["id"]), "bold"), f" queued: {job['name']} ({job['strategy']}{shape}){note}"),
+        Text.assemble(
+            "job ", (str(job["id"]), "bold"), f" queued: {job['name']} ({job['strategy']}{shape}){pool}{note}"
+        ),
         soft_wrap=True,
     )
 
