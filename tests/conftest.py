@@ -77,6 +77,7 @@ LAUNCHES_PROCESSES = (
     "tests/slurm/test_slurm_stops.py::test_the_batch_step_records_the_cause_and_requeues_only_what_resumes",
     "tests/slurm/test_slurm_rank_imports.py",
     "tests/reliability/test_rel_minor.py::test_flags_of_workers_never_restarted_are_swept_and_live_ones_kept",
+    "tests/knowwhy/test_rank_stacks.py",  # py-spy, a stand-in for it, and a process for it to dump
 )
 
 
