@@ -1,5 +1,5 @@
 """The job page of a Slurm pool's job, in a real browser (seeded rows, the `new_page` fixture: no console error):
-the header names the Slurm job, its partition and nodes; under it, Slurm's state in words — for a running job and
+the header names its pool, the Slurm job, its partition and nodes; under it, Slurm's state in words — for a running job and
 for one waiting in Slurm's queue."""
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ def test_the_job_page_shows_partition_nodes_and_slurms_words(new_page, web_servi
     page.wait_for_selector("#job-placement:not([hidden])")
     facts = page.locator("#job-facts").inner_text()
     assert "Slurm job 41" in facts and "partition low" in facts and "nodes n[1-2]" in facts, facts
+    assert f"pool {POOL}" in facts, facts  # the pool it runs in (issue 35 part 3)
     assert page.locator("#job-placement").inner_text() == "Slurm job 41: running on n[1-2] in partition low"
 
     page.goto(f"{web_service.base}/jobs/{slurm_jobs['slurm-waiting']}")
