@@ -120,6 +120,8 @@ def _report(a: Attempt, note: str) -> str:
         "ranks_seen": [r.public() for r in sorted(seen.values(), key=lambda r: r.rank)],
     })  # fmt: skip
     log.warning("job %s attempt %s: stall: %s", a.job_id, a.number, sentence)
+    if not stuck.ranks:  # no rank to name (a start-up that never ended): the stacks are kept, the note stands
+        return note
     if note.endswith(HUNG_WORDS):
         return note[: -len(HUNG_WORDS)] + sentence
     return f"{note}; {sentence}"
