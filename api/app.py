@@ -44,6 +44,7 @@ from api.routes import (
     stream,
     sweeps,
     users,
+    webhooks,
     workers,
 )
 from core import artifacts as artifact_store
@@ -114,6 +115,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         protected.include_router(module.router)
     protected.include_router(sweeps.router)  # hyperparameter sweeps (issue 24)
     protected.include_router(environments.router)  # a job's own packages (issue 28)
+    protected.include_router(webhooks.router)  # a user's own webhooks (issue 37)
     app.include_router(health.router, prefix=API_PREFIX)
     app.include_router(protected, prefix=API_PREFIX)
     prometheus.install(app, settings)  # GET /metrics (token) and request timing; a scrape listener if set

@@ -28,6 +28,7 @@ UserChanger = Annotated[Principal, Depends(require_action("user.change"))]
 HostOperator = Annotated[Principal, Depends(require_action("host.drain"))]
 WorkerManager = Annotated[Principal, Depends(require_action("worker.manage"))]
 Shipper = Annotated[Principal, Depends(require_action("artifact.ship"))]
+WebhookAdder = Annotated[Principal, Depends(require_action("webhook.add"))]
 
 # Ids are positive 32-bit integers: anything else is a 422 before the database sees it.
 MAX_ID = 2**31 - 1

@@ -19,6 +19,7 @@ from cli import (
     slurm_commands,  # a Slurm pool's agent (issue 26)
     sweep_commands,  # sweeps (issue 24)
     user_commands,  # users, tokens, login profiles, housekeeping (issue 23)
+    webhook_commands,  # a user's own webhooks (issue 37)
 )
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "slurm_commands",
     "sweep_commands",
     "user_commands",
+    "webhook_commands",
 ]
 
 if __name__ == "__main__":

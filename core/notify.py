@@ -5,7 +5,8 @@ A transition never waits on a receiver: `record` only adds a row; worker/notify_
 later (retries with exponential backoff), so a dead receiver costs the service nothing.
 
 The body is JSON with a Slack-compatible `text`; `X-Rankzero-Signature: sha256=<hex>` is
-HMAC-SHA256(RANKZERO_WEBHOOK_SECRET, raw body). A receiver recomputes it over the bytes it got.
+HMAC-SHA256(RANKZERO_WEBHOOK_SECRET, raw body), or of a user's own webhook (core/webhooks.py) its own
+secret. A receiver recomputes it over the bytes it got. A sweep's end is an event too (issue 37).
 """
 
 from __future__ import annotations
@@ -51,6 +52,20 @@ def record(session: Session, job_id: int, to: JobStatus, attempt: int, detail: s
         session.add(NotificationEvent(job_id=job_id, kind=kind, status=to.value, attempt=attempt, detail=detail))
 
 
+SWEEP_KINDS = ("finished", "cancelled")  # a sweep's end (issue 37): its owner's webhooks and the server's hear it
+
+
+def record_sweep_end(session: Session, sweep_id: int, to: str, note: str | None) -> None:
+    """Add the outbox row of a sweep's end (`to`: finished or cancelled), in the caller's transaction."""
+    if to in SWEEP_KINDS:
+        session.add(NotificationEvent(sweep_id=sweep_id, kind=to, status=to, detail=note))
+
+
+def event_name(event: NotificationEvent) -> str:
+    """The X-Rankzero-Event header and the body's `event`: job.<kind> or sweep.<kind>."""
+    return f"{'job' if event.job_id is not None else 'sweep'}.{event.kind}"
+
+
 def _slack_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
@@ -64,14 +79,41 @@ def message_text(job_id: int, name: str, kind: str, detail: str | None) -> str:
 
 def body(event: NotificationEvent, name: str, pool: str | None, at: datetime) -> bytes:
     """The JSON a webhook receives for `event` of job `name` (sorted keys: the bytes the signature covers)."""
+    assert event.job_id is not None  # a job's event (a sweep's: sweep_body)
     detail = (event.detail or "")[:MAX_DETAIL_CHARS] or None
     data: dict[str, Any] = {
-        "event": f"job.{event.kind}",
+        "event": event_name(event),
         "event_id": event.id,
         "job": {"id": event.job_id, "name": name, "pool": pool, "status": event.status, "attempt": event.attempt},
         "detail": detail,
         "at": at.isoformat(),
         "text": message_text(event.job_id, name, event.kind, detail),
+    }
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+
+def sweep_body(event: NotificationEvent, name: str, at: datetime) -> bytes:
+    """The JSON a webhook receives when sweep `name` ends (sorted keys, as `body`)."""
+    detail = (event.detail or "")[:MAX_DETAIL_CHARS] or None
+    line = f"rankzero sweep {event.sweep_id} ({name}) {event.kind}"
+    data: dict[str, Any] = {
+        "event": event_name(event),
+        "event_id": event.id,
+        "sweep": {"id": event.sweep_id, "name": name, "status": event.status},
+        "detail": detail,
+        "at": at.isoformat(),
+        "text": _slack_escape(f"{line}: {detail[:300]}" if detail else line),
+    }
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+
+def ping_body(webhook_id: int, owner: str, at: datetime) -> bytes:
+    """What `rankzero webhooks test` sends: signed like every event, so a receiver's check can be tried."""
+    data = {
+        "event": "webhook.test",
+        "webhook": {"id": webhook_id, "owner": owner},
+        "at": at.isoformat(),
+        "text": f"rankzero: a test of {owner}'s webhook {webhook_id}",
     }
     return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 

@@ -50,6 +50,10 @@ ACTIONS: dict[str, Rule] = {
     "host.drain": Rule("draining or undraining a host", "admin"),
     "worker.manage": Rule("adding or revoking a worker host's credential", "admin"),
     "artifact.ship": Rule("shipping a job's files to the artifact store (a worker's)", "admin"),
+    "webhook.add": Rule("adding a webhook of her own (her jobs' and sweeps' events)", "member"),
+    "webhook.remove": Rule("removing a webhook (own: hers)", "admin", "member"),
+    "webhook.test": Rule("sending a webhook a test event (own: hers)", "admin", "member"),
+    "webhook.errors": Rule("reading a webhook delivery's error text (own: her webhook's)", "admin", "member"),
 }
 
 # What a worker credential may do, and nothing else: its reads included (api/auth.py refuses it every
@@ -84,6 +88,9 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/api/workers/{host}/revoke"): "worker.manage",
     ("POST", "/api/artifacts/jobs/{job_id}/files/{path}"): "artifact.ship",
     ("POST", "/api/artifacts/jobs/{job_id}/append/{path}"): "artifact.ship",
+    ("POST", "/api/webhooks"): "webhook.add",
+    ("DELETE", "/api/webhooks/{webhook_id}"): "webhook.remove",
+    ("POST", "/api/webhooks/{webhook_id}/test"): "webhook.test",
 }
 EXEMPT: frozenset[tuple[str, str]] = frozenset({("POST", "/login"), ("POST", "/logout"), ("POST", "/ui/parse-spec")})
 # Worker routes that only read (a worker credential may call these and the artifact.ship ones only).
@@ -98,6 +105,10 @@ WORKER_READS: dict[tuple[str, str], str] = {
 # Actions checked inside another route as well (the same rule, whichever path reaches it).
 ALSO_CHECKED: dict[str, tuple[str, ...]] = {
     "job.resume": ("POST /api/jobs (its resume_from)", "POST /api/sweeps/{sweep_id}/extend-best (the best trial)"),
+    "webhook.errors": (
+        "GET /api/jobs/{job_id}/notifications (last_error)",
+        "GET /api/webhooks/{webhook_id}/deliveries (last_error)",
+    ),
 }
 
 

@@ -427,6 +427,11 @@ class Settings(DatabaseLimits, SpecLimits, Retention, BaseSettings):
     webhook_secret: SecretStr | None = Field(
         None, description="HMAC-SHA256 key of the X-Rankzero-Signature header; required with webhook_urls."
     )
+    webhook_allow_private: bool = Field(
+        False,
+        description="Let users' own webhooks reach loopback, link-local, private and metadata addresses (a "
+        "receiver on this network); off, such a URL is refused when registered and when delivered to.",
+    )
     webhook_timeout_s: float = Field(10.0, gt=0, le=120, description="How long one webhook delivery may take.")
     webhook_max_attempts: int = Field(
         8, ge=1, le=100, description="Deliveries of one notification before it is given up (logged as failed)."

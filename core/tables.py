@@ -281,7 +281,9 @@ class NotificationEvent(SQLModel, table=True):
     __tablename__ = "notification_events"  # pyright: ignore[reportAssignmentType]  (SQLModel declares it an attr)
 
     id: int | None = Field(default=None, primary_key=True)
-    job_id: int = Field(foreign_key="jobs.id", index=True, ondelete="CASCADE")
+    # A job's transition, or (job_id None) a sweep's end: sweep_id set, kind "finished" or "cancelled" (issue 37).
+    job_id: int | None = Field(default=None, foreign_key="jobs.id", index=True, ondelete="CASCADE")
+    sweep_id: int | None = Field(default=None, foreign_key="sweeps.id", index=True, ondelete="CASCADE")
     kind: str = Field(max_length=40)  # succeeded, failed, cancelled, preempted, host_lost, requeued
     status: str = Field(max_length=20)  # the JobStatus it moved to
     attempt: int = 0
@@ -300,7 +302,9 @@ class NotificationDelivery(SQLModel, table=True):
 
     id: int | None = Field(default=None, primary_key=True)
     event_id: int = Field(foreign_key="notification_events.id", index=True, ondelete="CASCADE")
-    job_id: int = Field(foreign_key="jobs.id", index=True, ondelete="CASCADE")
+    job_id: int | None = Field(default=None, foreign_key="jobs.id", index=True, ondelete="CASCADE")
+    # A user's own webhook (its URL, secret and owner); None: one of the server's (RANKZERO_WEBHOOK_URLS).
+    webhook_id: int | None = Field(default=None, foreign_key="webhooks.id", index=True, ondelete="CASCADE")
     url: str = Field(max_length=2000)
     state: str = Field(default="pending", max_length=20)  # pending, delivered, failed (gave up)
     attempts: int = 0
@@ -308,6 +312,19 @@ class NotificationDelivery(SQLModel, table=True):
     last_status: int | None = None  # the receiver's HTTP status, None when it never answered
     last_error: str | None = Field(default=None, sa_column=Column(Text))
     delivered_at: datetime | None = _ts()
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+
+class Webhook(SQLModel, table=True):
+    """A user's own webhook (issue 37): her jobs' and sweeps' events are POSTed to `url`, signed with `secret`
+    (core/webhooks.py; worker/notify_sender.py delivers)."""
+
+    __tablename__ = "webhooks"  # pyright: ignore[reportAssignmentType]
+
+    id: int | None = Field(default=None, primary_key=True)
+    owner_id: int = Field(foreign_key="users.id", index=True, ondelete="CASCADE")
+    url: str = Field(max_length=2000)
+    secret: str = Field(max_length=100)  # HMAC-SHA256 key of its X-Rankzero-Signature; shown once, at creation
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
 
 

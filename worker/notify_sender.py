@@ -1,6 +1,8 @@
-"""Delivering job notifications (the outbox of core/notify.py) to the server's webhooks, from every worker.
+"""Delivering notifications (the outbox of core/notify.py: jobs' transitions, sweeps' ends) to the server's
+webhooks and to the owner's own (core/webhooks.py), from every worker.
 
-Each pass: turn new outbox events into one delivery per configured URL (one worker wins each event:
+Each pass: turn new outbox events into one delivery per configured URL and per webhook of the event's owner
+(one worker wins each event:
 a conditional UPDATE), then try the deliveries that are due. A try is claimed first by pushing its
 `next_at` past the request's timeout (a conditional UPDATE: one worker per try, and a worker that dies
 mid-try leaves it to be tried again), then POSTed, then written back: delivered, pending with an
@@ -20,10 +22,10 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col
 
-from core import kombu_compat, notify, wake
+from core import kombu_compat, notify, wake, webhooks
 from core.db import db_now, get_engine
 from core.settings import Settings
-from core.tables import Job, NotificationDelivery, NotificationEvent
+from core.tables import Job, NotificationDelivery, NotificationEvent, Sweep, Webhook
 
 log = logging.getLogger("rankzero.worker")
 BATCH = 50
@@ -32,7 +34,6 @@ POLL_S = 1.0
 # second were a third of an idle worker's CPU). A commit on a SQLite database (core/wake.py's touch: a job's
 # end, a submit, a cancel) wakes the sender at once; on PostgreSQL a notification waits at most IDLE_S.
 IDLE_S = 5.0
-MAX_ERROR_CHARS = 500
 
 
 @dataclass(frozen=True)
@@ -41,20 +42,31 @@ class Due:
     url: str
     attempts: int
     body: bytes
-    kind: str
+    event: str  # job.<kind> or sweep.<kind>
+    secret: str | None  # a user's own webhook's; None: the server's (RANKZERO_WEBHOOK_SECRET)
+
+
+def _owner_hooks(s: Session, job_id: int | None, sweep_id: int | None) -> list[Webhook]:
+    """The webhooks of the event's owner: the job's owner (a sweep's trial is its owner's job), or the sweep's."""
+    table = Job if job_id is not None else Sweep
+    owner = s.execute(select(col(table.owner_id)).where(col(table.id) == (job_id or sweep_id))).scalar_one_or_none()
+    if owner is None:
+        return []
+    return list(s.execute(select(Webhook).where(col(Webhook.owner_id) == owner).order_by(col(Webhook.id))).scalars())
 
 
 def fan_out(engine: Engine, urls: list[str]) -> int:
-    """New outbox events → one pending delivery per URL (none when no webhook is set). Returns events taken."""
+    """New outbox events → one pending delivery per server URL and per webhook of the event's owner (none when
+    no webhook is set). Returns events taken."""
     taken = 0
     with Session(engine) as s:
         ids = s.execute(
-            select(col(NotificationEvent.id), col(NotificationEvent.job_id))
+            select(col(NotificationEvent.id), col(NotificationEvent.job_id), col(NotificationEvent.sweep_id))
             .where(col(NotificationEvent.fanned_out).is_(False))
             .order_by(col(NotificationEvent.id))
             .limit(BATCH)
         ).all()
-    for event_id, job_id in ids:
+    for event_id, job_id, sweep_id in ids:
         with Session(engine) as s:
             won = s.execute(
                 update(NotificationEvent)
@@ -64,8 +76,13 @@ def fan_out(engine: Engine, urls: list[str]) -> int:
             if won != 1:
                 continue  # another worker took it
             now = db_now(engine)
-            for url in urls:
-                s.add(NotificationDelivery(event_id=event_id, job_id=job_id, url=url, next_at=now, created_at=now))
+            targets = [(url, None) for url in urls] + [(h.url, h.id) for h in _owner_hooks(s, job_id, sweep_id)]
+            for url, hook_id in targets:
+                s.add(
+                    NotificationDelivery(
+                        event_id=event_id, job_id=job_id, webhook_id=hook_id, url=url, next_at=now, created_at=now
+                    )
+                )
             s.commit()
             taken += 1
     return taken
@@ -91,36 +108,36 @@ def take_due(engine: Engine, hold_s: float) -> list[Due]:
     now = db_now(engine)
     with Session(engine) as s:
         rows = s.execute(
-            select(NotificationDelivery, NotificationEvent, col(Job.name), col(Job.queue))
+            select(NotificationDelivery, NotificationEvent, col(Job.name), col(Job.queue), col(Sweep.name), Webhook)
             .join(NotificationEvent, col(NotificationEvent.id) == col(NotificationDelivery.event_id))
-            .join(Job, col(Job.id) == col(NotificationDelivery.job_id))
+            .outerjoin(Job, col(Job.id) == col(NotificationEvent.job_id))
+            .outerjoin(Sweep, col(Sweep.id) == col(NotificationEvent.sweep_id))
+            .outerjoin(Webhook, col(Webhook.id) == col(NotificationDelivery.webhook_id))
             .where(col(NotificationDelivery.state) == "pending", col(NotificationDelivery.next_at) <= now)
             .order_by(col(NotificationDelivery.next_at))
             .limit(BATCH)
         ).all()
-        for d, _, _, _ in rows:
-            s.expunge(d)
+        s.expunge_all()  # read after the session closes (one webhook or event may be in several rows)
     due = []
-    for d, event, name, pool in rows:
-        if d.id is not None and _claim(engine, d.id, d.next_at, hold_s):
-            due.append(Due(d.id, d.url, d.attempts, notify.body(event, name, pool, event.at), event.kind))
+    for d, event, job_name, pool, sweep_name, hook in rows:
+        if d.id is None or not _claim(engine, d.id, d.next_at, hold_s):
+            continue
+        if event.job_id is not None:
+            raw = notify.body(event, job_name or "", pool, event.at)
+        else:
+            raw = notify.sweep_body(event, sweep_name or "", event.at)
+        secret = hook.secret if hook is not None else None
+        due.append(Due(d.id, d.url, d.attempts, raw, notify.event_name(event), secret))
     return due
 
 
-def post(client: httpx.Client, due: Due, secret: str) -> tuple[int | None, str | None]:
-    """POST one delivery: (the receiver's status, or None and why there was no answer)."""
-    headers = {
-        "Content-Type": "application/json",
-        "User-Agent": "rankzero-webhook",
-        notify.SIGNATURE_HEADER: notify.sign(secret, due.body),
-        notify.EVENT_HEADER: f"job.{due.kind}",
-        notify.DELIVERY_HEADER: str(due.delivery_id),
-    }
-    try:
-        r = client.post(due.url, content=due.body, headers=headers)
-    except httpx.HTTPError as exc:
-        return None, f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
-    return r.status_code, None if r.is_success else f"HTTP {r.status_code}: {r.text[:200]}"
+def post(client: httpx.Client, due: Due, secret: str, allow_private: bool) -> tuple[int | None, str | None]:
+    """POST one delivery: (the receiver's status, or None and why there was no answer). A user's own webhook is
+    signed with its secret and reaches public addresses only, checked again now (core/webhooks.py)."""
+    if due.secret is not None and (why := webhooks.refusal(due.url, allow_private)) is not None:
+        return None, why
+    signing = due.secret if due.secret is not None else secret
+    return webhooks.send(client, due.url, due.body, signing, due.event, str(due.delivery_id))
 
 
 def write_back(engine: Engine, due: Due, status: int | None, error: str | None, settings: Settings) -> str:
@@ -149,7 +166,7 @@ def run_pass(engine: Engine, settings: Settings, client: httpx.Client) -> int:
     secret = settings.webhook_secret.get_secret_value() if settings.webhook_secret else ""
     due = take_due(engine, hold_s=settings.webhook_timeout_s + 30)
     for d in due:
-        status, error = post(client, d, secret)
+        status, error = post(client, d, secret, settings.webhook_allow_private)
         state = write_back(engine, d, status, error, settings)
         if state != "delivered":
             log.warning("webhook delivery %s to %s: %s (%s)", d.delivery_id, d.url.split("?")[0][:80], state, error)

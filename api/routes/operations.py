@@ -9,15 +9,16 @@ from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Body, HTTPException, Path, status
 from pydantic import BaseModel, Field
-from sqlalchemy import select
-from sqlmodel import col
+from sqlalchemy import ColumnElement, select
+from sqlmodel import Session, col
 
 from api.deps import CurrentUser, HostOperator, JobId, SessionDep, SettingsDep, job_or_404
 from api.models import ErrorDetail, HostPublic
 from api.routes.hosts import list_hosts
-from core import audit, hosts, jobs
+from core import audit, hosts, jobs, notify, permissions
 from core.db import get_engine
-from core.tables import NotificationDelivery, NotificationEvent
+from core.tables import NotificationDelivery, NotificationEvent, Webhook
+from core.users import Principal
 
 router = APIRouter(tags=["operations"])
 HostName = Annotated[str, Path(pattern=r"^[A-Za-z0-9._-]{1,100}$", description="The host's name (GET /api/hosts).")]
@@ -32,10 +33,11 @@ class DrainRequest(BaseModel):
 
 class NotificationPublic(BaseModel):
     id: int
-    event: str  # job.succeeded, job.failed, job.cancelled, job.preempted, job.host_lost, job.requeued
+    event: str  # job.succeeded, job.failed, job.cancelled, job.preempted, job.host_lost, job.requeued; sweep.*
     status: str
     at: datetime
     url: str  # scheme and host only: a webhook URL's path often holds its secret (Slack's do)
+    webhook_id: int | None = None  # a user's own webhook (GET /api/webhooks); null: one of the server's
     state: str  # pending, delivered, failed (given up)
     attempts: int
     last_status: int | None
@@ -93,31 +95,44 @@ def undrain_host(settings: SettingsDep, session: SessionDep, name: HostName, who
     responses={404: {"model": ErrorDetail}},
 )
 def job_notifications(job_id: JobId, session: SessionDep, who: CurrentUser) -> list[NotificationPublic]:
-    """The job's webhook deliveries, newest first: one per notification and webhook, with its attempts. The
-    status codes are everyone's; the receiver's error text only the hook's owner's, and the server's webhooks
-    are the admins' (issue 37: a receiver's error body, which may quote its own secrets, reached every viewer)."""
+    """The job's webhook deliveries, newest first: one per notification and webhook (the server's and its
+    owner's own), with its attempts. The status codes are everyone's; the receiver's error text only the
+    hook's owner's and the admins' (core/permissions.py `webhook.errors`; issue 37: a receiver's error body,
+    which may quote its own secrets, reached every viewer)."""
     job_or_404(session, job_id)
-    sees_errors = who.role == "admin"
+    return deliveries(session, who, col(NotificationDelivery.job_id) == job_id)
+
+
+def deliveries(session: Session, who: Principal, where: ColumnElement[bool]) -> list[NotificationPublic]:
+    """The deliveries `where` picks, newest first, as `who` may see them."""
     rows = session.execute(
-        select(NotificationDelivery, NotificationEvent)
+        select(NotificationDelivery, NotificationEvent, col(Webhook.owner_id))
         .join(NotificationEvent, col(NotificationEvent.id) == col(NotificationDelivery.event_id))
-        .where(col(NotificationDelivery.job_id) == job_id)
+        .outerjoin(Webhook, col(Webhook.id) == col(NotificationDelivery.webhook_id))
+        .where(where)
         .order_by(col(NotificationDelivery.id).desc())
         .limit(MAX_DELIVERIES)
     ).all()
     return [
         NotificationPublic(
             id=d.id or 0,
-            event=f"job.{e.kind}",
+            event=notify.event_name(e),
             status=e.status,
             at=e.at,
             url=redact(d.url),
+            webhook_id=d.webhook_id,
             state=d.state,
             attempts=d.attempts,
             last_status=d.last_status,
-            last_error=d.last_error if sees_errors else None,
+            last_error=d.last_error if sees_errors(who, owner_id) else None,
             next_at=d.next_at if d.state == "pending" else None,
             delivered_at=d.delivered_at,
         )
-        for d, e in rows
+        for d, e, owner_id in rows
     ]
+
+
+def sees_errors(who: Principal, hook_owner_id: int | None) -> bool:
+    """Whether `who` reads the error text of a delivery to a hook owned by `hook_owner_id` (None: the server's)."""
+    own = hook_owner_id is not None and hook_owner_id == who.user_id
+    return permissions.allowed(who.role, "webhook.errors", own)

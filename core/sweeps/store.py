@@ -9,7 +9,7 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col
 
-from core import jobs, wake
+from core import jobs, notify, wake
 from core.job_state import LIVE
 from core.sweeps.decide import TrialState, TrialView
 from core.sweeps.space import SweepSpec
@@ -109,7 +109,10 @@ def set_status(session: Session, sweep_id: int, to: str, expect: tuple[str, ...]
     result = session.execute(
         update(Sweep).where(col(Sweep.id) == sweep_id, col(Sweep.status).in_(expect)).values(**values)
     )
-    return getattr(result, "rowcount", 0) == 1
+    moved = getattr(result, "rowcount", 0) == 1
+    if moved:  # its end is told to the owner's webhooks and the server's, in this transaction (issue 37)
+        notify.record_sweep_end(session, sweep_id, to, note)
+    return moved
 
 
 def stop_trial(session: Session, job_id: int, detail: str) -> bool:

@@ -27,7 +27,7 @@ from core.db import get_engine
 from core.settings import Settings
 from core.sweeps import store
 from core.sweeps.space import SweepSpec
-from core.tables import AuditEvent, JobStatus
+from core.tables import AuditEvent, JobStatus, Webhook
 from tests.support.jobs import fake_spec
 from tests.support.rows import insert_job
 from tests.support.settings import API_TOKEN
@@ -104,6 +104,15 @@ class Team:
         with Session(get_engine(self.settings.resolved_database_url)) as db:
             return int(db.exec(select(func.max(AuditEvent.id))).one() or 0)
 
+    def webhook(self, owner: str) -> int:
+        """A webhook of `owner`'s, made in the database (a viewer may own one from before she was a viewer). Its
+        host does not resolve: a test of it answers with the error, and nothing leaves the machine."""
+        with Session(get_engine(self.settings.resolved_database_url)) as db:
+            hook = Webhook(owner_id=self.ids[owner], url=f"https://hook{next(_serial)}.invalid/x", secret="s")
+            db.add(hook)
+            db.commit()
+            return int(hook.id or 0)
+
     def token(self, owner: str) -> int:
         r = self.admin.post(f"/api/users/{owner}/tokens", json={"name": f"t{next(_serial)}"})
         assert r.status_code == 201, r.text
@@ -129,6 +138,7 @@ def _body(method: str, path: str) -> dict[str, Any]:
         ("POST", "/api/users"): {"json": {"name": f"u{n}", "role": "viewer"}},
         ("PATCH", "/api/users/{name}"): {"json": {"max_queued": 7}},
         ("POST", "/api/workers"): {"json": {"host": f"h{n}"}},
+        ("POST", "/api/webhooks"): {"json": {"url": f"https://hook{n}.invalid/x"}},
     }
     return bodies.get((method, path), {})
 
@@ -141,6 +151,8 @@ def _url(team: Team, method: str, path: str, owner: str) -> str:
         values["job_id"] = team.job(owner, status)
     if "{sweep_id}" in path:
         values["sweep_id"] = team.sweep(owner, "paused" if path.endswith("/resume") else "running")
+    if "{webhook_id}" in path:
+        values["webhook_id"] = team.webhook(owner)
     if "{token_id}" in path:
         values["token_id"] = team.token(owner)
     if "{sha256}" in path:
