@@ -151,7 +151,10 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
     if wants_download(spec):  # the job sees the datasets dir read-only: the worker downloads first
         prefetch_data(run, launcher_log, settings, keep_alive)
         env[FETCHED_ENV] = "1"
-    input_fds = open_inputs(resume_input(spec, settings), settings)
+    # A checkpoint of the job's own run dir is in its view already (the run dir's bind). Bound by a descriptor it would
+    # be the file underneath the run dir's filesystem (worker/sandbox_disk.py), which bwrap refuses as a race.
+    own = run.root.resolve()
+    input_fds = open_inputs(tuple(p for p in resume_input(spec, settings) if own not in p.parents), settings)
     try:
         box = sandbox.prepare(
             sandbox_view(

@@ -194,8 +194,11 @@ def test_a_root_workers_job_meets_enospc_at_its_disk_limit_and_keeps_its_files(r
     earlier = os.urandom(300_000)
     (run_dir / "checkpoints" / "step_00000010.pt").write_bytes(earlier)
 
+    # It resumes from that checkpoint, as a requeued attempt does (the path in its own run dir: once bound by a
+    # descriptor opened on the run dir underneath its filesystem, which bwrap refused as a race).
     code, run_dir, log = root_worker.run(5, {"key": "rz-disk", "fallocate_mb": 300, "small_files_mb": 80,
-                                              "keep_mb": 5}, disk_limit_mb=50)  # fmt: skip
+                                              "keep_mb": 5}, disk_limit_mb=50,
+                                         resume_from=str(run_dir / "checkpoints" / "step_00000010.pt"))  # fmt: skip
     assert code == 0, log
     seen = _report(run_dir)
     assert seen["fallocate"] == "ENOSPC" and seen["small_files"] == "ENOSPC", seen
