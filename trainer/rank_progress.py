@@ -79,14 +79,15 @@ class RankProgress:
     def step_done(self, step: int) -> None:
         """Step `step` is finished on this rank."""
         now = time.monotonic()
+        if self._work_began is not None:  # the step ended inside a work mark: its part so far is this step's
+            self._work_this_step += now - self._work_began
+            self._work_began = now
         if self._last_end is not None and now > self._last_end:
             self._step_times.append(now - self._last_end)
         if self._work_this_step > 0:
             self._work_times.append(self._work_this_step)
         self._last_end, self._work_this_step = now, 0.0
         self.step, self.progress_at = int(step), time.time()
-        if self.phase == "work":  # a step ended inside its work mark: the mark is left open
-            self._work_began = now
         self._version += 1
 
     def work_began(self) -> None:
@@ -122,8 +123,8 @@ class RankProgress:
             "progress_at": self.progress_at,
             "phase": self.phase,
             "phase_at": self.phase_at,
-            "step_s": statistics.median(self._step_times) if self._step_times else None,
-            "work_s": statistics.median(self._work_times) if self._work_times else None,
+            "step_s": _median(self._step_times),
+            "work_s": _median(self._work_times),
         }
 
     def write(self) -> None:
@@ -136,7 +137,7 @@ class RankProgress:
             tmp.write_text(json.dumps(self.record()), encoding="utf-8")
             os.replace(tmp, path)
             self._written = version
-        except OSError:
+        except (OSError, ValueError, RuntimeError):  # a full disk; never the writer thread's end
             with contextlib.suppress(OSError):
                 tmp.unlink()
 
@@ -160,6 +161,12 @@ class RankProgress:
             if self._version != self._written:
                 self.write()
             self._wake.wait(self.every_s)
+
+
+def _median(times: deque[float]) -> float | None:
+    """The median of a window the loop appends to from another thread (tuple() copies it in one C call)."""
+    held = tuple(times)
+    return statistics.median(held) if held else None
 
 
 def read_all(folder: Path, root: Path) -> dict[int, dict[str, Any]]:
