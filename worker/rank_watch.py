@@ -24,7 +24,7 @@ from worker import procs, rank_stacks
 from worker.attempt import Attempt
 
 log = logging.getLogger("rankzero.worker")
-WRITE_EVERY_S = 2.0  # the job row's copy of the records: at most this often, and only when they changed
+WRITE_EVERY_S = 5.0  # the job row's copy of the records: at most this often, and only when they changed (display only)
 MAX_DUMPS = 8  # ranks whose stacks one stall takes (each py-spy dump pauses a rank for a moment)
 HUNG_WORDS = "a rank hung"  # worker/stop_reason.py `stall_note`'s last words, replaced by the ranks named
 
