@@ -526,9 +526,10 @@ export interface paths {
         };
         /**
          * Job Notifications
-         * @description The job's webhook deliveries, newest first: one per notification and webhook, with its attempts. The
-         *     status codes are everyone's; the receiver's error text only the hook's owner's, and the server's webhooks
-         *     are the admins' (issue 37: a receiver's error body, which may quote its own secrets, reached every viewer).
+         * @description The job's webhook deliveries, newest first: one per notification and webhook (the server's and its
+         *     owner's own), with its attempts. The status codes are everyone's; the receiver's error text only the
+         *     hook's owner's and the admins' (core/permissions.py `webhook.errors`; issue 37: a receiver's error body,
+         *     which may quote its own secrets, reached every viewer).
          */
         get: operations["job_notifications_api_jobs__job_id__notifications_get"];
         put?: never;
@@ -918,6 +919,94 @@ export interface paths {
          * @description A new token (shown once). Admins, or a member for herself.
          */
         post: operations["add_token_api_users__name__tokens_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Webhooks
+         * @description The caller's webhooks (an admin: everyone's), oldest first.
+         */
+        get: operations["list_webhooks_api_webhooks_get"];
+        put?: never;
+        /**
+         * Add Webhook
+         * @description Add a webhook of the caller's own: her jobs' and sweeps' events go to it, signed with the secret this
+         *     answer carries (shown once). A URL that is not http(s), or whose host is a loopback, link-local, private
+         *     or metadata address, is refused (422) unless the server allows such addresses.
+         */
+        post: operations["add_webhook_api_webhooks_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/webhooks/{webhook_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Remove Webhook
+         * @description Remove a webhook (its owner or an admin), and its delivery log with it.
+         */
+        delete: operations["remove_webhook_api_webhooks__webhook_id__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/webhooks/{webhook_id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Webhook Deliveries
+         * @description The webhook's deliveries, newest first (its jobs' and sweeps' events): the status codes for everyone,
+         *     the receiver's error text for its owner and the admins only.
+         */
+        get: operations["webhook_deliveries_api_webhooks__webhook_id__deliveries_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/webhooks/{webhook_id}/test": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Test Webhook
+         * @description Send the webhook a signed `webhook.test` event now (its owner or an admin) and say what the receiver
+         *     answered.
+         */
+        post: operations["test_webhook_api_webhooks__webhook_id__test_post"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2225,6 +2314,8 @@ export interface components {
             status: string;
             /** Url */
             url: string;
+            /** Webhook Id */
+            webhook_id?: number | null;
         };
         /** OptimizerSpec */
         OptimizerSpec: {
@@ -3075,6 +3166,60 @@ export interface components {
             msg: string;
             /** Error Type */
             type: string;
+        };
+        /** WebhookCreated */
+        WebhookCreated: {
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Id */
+            id: number;
+            /** Owner */
+            owner: string;
+            /**
+             * Secret
+             * @description The key of its X-Rankzero-Signature (HMAC-SHA256): shown this once only.
+             */
+            secret: string;
+            /** Url */
+            url: string;
+        };
+        /** WebhookPublic */
+        WebhookPublic: {
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Id */
+            id: number;
+            /** Owner */
+            owner: string;
+            /** Url */
+            url: string;
+        };
+        /** WebhookRequest */
+        WebhookRequest: {
+            /**
+             * Url
+             * @description http(s) URL her events are POSTed to; a public address (RANKZERO_WEBHOOK_ALLOW_PRIVATE).
+             */
+            url: string;
+        };
+        /** WebhookTest */
+        WebhookTest: {
+            /**
+             * Error
+             * @description Why it failed: the receiver's answer or the connection's error.
+             */
+            error: string | null;
+            /**
+             * Status
+             * @description The receiver's HTTP status; null when it did not answer.
+             */
+            status: number | null;
         };
         /**
          * WorkerCreate
@@ -5337,6 +5482,180 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["NewToken"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    list_webhooks_api_webhooks_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookPublic"][];
+                };
+            };
+        };
+    };
+    add_webhook_api_webhooks_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookCreated"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
+    remove_webhook_api_webhooks__webhook_id__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Webhook id (GET /api/webhooks). */
+                webhook_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    webhook_deliveries_api_webhooks__webhook_id__deliveries_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Webhook id (GET /api/webhooks). */
+                webhook_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NotificationPublic"][];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    test_webhook_api_webhooks__webhook_id__test_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Webhook id (GET /api/webhooks). */
+                webhook_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookTest"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
             /** @description Validation Error */
