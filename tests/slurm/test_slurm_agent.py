@@ -70,11 +70,12 @@ def test_the_row_follows_slurm(api_settings: Callable[..., Any]) -> None:
     assert (job.backend_partition, job.backend_nodes, job.backend_state) == ("low", None, "PENDING")
     assert job.backend_state_words == job.pending_reason
 
-    # Requeued before the agent ever saw it run (preempted at once, or the agent was away): attempt 2, waiting.
+    # Requeued before the agent ever saw it run (preempted at once, or the agent was away): back in the queue,
+    # waiting in Slurm's, until Slurm runs attempt 2.
     fake.line = "41|PENDING|BeginTime||low|1|2026-11-25T14:02:00||"
     agent.step()
     job = row()
-    assert (job.status, job.attempt) == (S.starting, 2)
+    assert (job.status, job.attempt, job.backend_job_id) == (S.queued, 1, "41")
     assert job.pending_reason == (
         "Slurm job 41: requeued (restart 1, attempt 2); waiting for its begin time, eligible at 14:02"
     )

@@ -18,7 +18,6 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pydantic import ValidationError
 from sqlalchemy.engine import Engine
 
 from core import jobs
@@ -34,16 +33,29 @@ from worker.ingest import Ingestor
 from worker.ingest_events import EventTail
 from worker.ingest_handlers import TimedMetric
 from worker.launch_command import job_env, rank_env
-from worker.script_jobs import entrypoint_values, script_job_env, script_workdir
-from worker.slurm import commands, rows, stops
+from worker.script_jobs import entrypoint_values, script_workdir
+from worker.slurm import commands, follow, rows, stops
 from worker.slurm import environment as slurm_environment
+from worker.slurm.attempt_io import console_feed, script_env
 from worker.slurm.bounds import OutOfBounds, job_bounds, port_range
 from worker.slurm.endings import ending, gpus_per_node, nice_for, stopped_resumably
+from worker.slurm.follow import Step
 from worker.slurm.prepare import BASE_SPEC
 from worker.slurm.rank import LAUNCH_FILE
 from worker.slurm.samples import SampleTail
 from worker.slurm.script import CANCEL_MARK, BatchJob, batch_log, job_name, render
-from worker.slurm.states import INTERRUPTED_STATES, Phase, Reading, SlurmJob, base_state, read, settled, status_of
+from worker.slurm.states import (
+    INTERRUPTED_STATES,
+    PENDING_STATES,
+    RUNNING_STATES,
+    Phase,
+    Reading,
+    SlurmJob,
+    base_state,  # fmt: skip
+    read,
+    settled,
+    status_of,
+)
 from worker.tensorboard import TensorBoardTail
 
 log = logging.getLogger("rankzero.slurm")
@@ -75,6 +87,8 @@ class Agent:
     registered: bool = False  # the pool is in table `pools` (core/pools.py), as of this agent's first period
     interrupted: dict[int, float] = field(default_factory=dict)  # job → when it was first seen PREEMPTED (monotonic)
     node_failed: dict[int, bool] = field(default_factory=dict)  # job → seen NODE_FAIL/BOOT_FAIL (True), PREEMPTED
+    completing: dict[int, float] = field(default_factory=dict)  # job → when its requeue was first seen COMPLETING
+    in_slurm: set[str] = field(default_factory=set)  # Slurm job ids of the rows followed last period
     shown: list[tuple[int, int, BackendStatus]] = field(default_factory=list)  # to write at the period's end
 
     @property
@@ -103,10 +117,11 @@ class Agent:
         for row in live:
             if row.backend_job_id is None:
                 self._adopt_or_resubmit(row)
-        live = rows.live(self.engine, self.pool)
+        live = rows.live(self.engine, self.pool)  # with the requeued jobs waiting in Slurm's queue (`queued`)
         ids = [r.backend_job_id for r in live if r.backend_job_id]
-        if ids:
+        if ids or self.in_slurm:
             seen = commands.squeue(self.run)
+            self._cancel_unfollowed(seen)
             missing = [i for i in ids if i not in seen]
             # squeue says CANCELLED but not by whom: Slurm's accounting does (a cancel rankzero did not ask for).
             outside = [r.backend_job_id for r in live if r.status is not S.cancelling and r.backend_job_id in seen
@@ -118,9 +133,10 @@ class Agent:
                         self._follow(row, seen.get(row.backend_job_id))
                     except jobs.FencedOut:
                         self.watched.pop(row.job_id, None)
+        self.in_slurm = set(ids)
         rows.set_shown(self.engine, self.shown)
         self.shown.clear()
-        rows.heartbeat(self.engine, [r.job_id for r in live])
+        rows.heartbeat(self.engine, [r.job_id for r in live], self.pool)
         if time.monotonic() - self.nodes_at >= NODES_EVERY_S:
             self.nodes_at = time.monotonic()
             nodes = commands.sinfo(self.run)
@@ -195,7 +211,7 @@ class Agent:
             argv = entry.expanded(entrypoint_values(remote, job_id, s)).argv()
             launch = {"argv": argv, "cwd": str(remote.root / work.relative_to(local.root))}
             (local.root / LAUNCH_FILE).write_text(json.dumps(launch))
-            env_fields.update(_script_env(spec_dict))
+            env_fields.update(script_env(spec_dict))
         env = bundles.pythonpath_first(rank_env(f"{job_id}-{attempt}-slurm", None, s, env_fields), code)
         env.pop("CUDA_VISIBLE_DEVICES", None)  # Slurm sets it for the GPUs it gives
         # The job's own packages (issue 28), built by the agent in the shared runs dir; the ranks run its Python.
@@ -224,37 +240,56 @@ class Agent:
     # --- following --------------------------------------------------------------------------
 
     def _follow(self, row: rows.Row, slurm: SlurmJob | None) -> None:
+        """One period of a job, as worker/slurm/follow.py decides it from the row and Slurm's reading."""
         first = row.first_attempt or row.attempt
         if row.status is S.cancelling:
             self._cancel(row)
         reading = read(slurm, first, row.status is S.cancelling)
         reading = settled(slurm, reading, self._interrupted_for(row.job_id, slurm))
-        target = first + (slurm.restarts if slurm is not None else 0)
-        if not self._conclusive(row, slurm, target, reading):
-            self._ingest(row)
-            return
-        if target > row.attempt and row.status is not S.cancelling:
-            row = self._requeued(row, target, reading)
-        self._show(row, slurm, reading)
-        if reading.phase is Phase.pending:
-            if row.status is S.running:  # Slurm requeued it without a restart we saw: back to waiting
-                return
-            if row.pending_reason != reading.words:
-                rows.set_reason(self.engine, row.job_id, row.attempt, reading.words)
-        elif reading.phase is Phase.running:
-            if row.status is S.starting:
-                rows.mark_running(self.engine, row.job_id, row.attempt, reading.words)
-            self._ingest(row)
-        elif reading.phase is Phase.ended:
-            self._end(row, reading, slurm)
-
-    def _conclusive(self, row: rows.Row, slurm: SlurmJob | None, target: int, reading: Reading) -> bool:
-        """False while Slurm does not list the job, or while a requeued job's old batch step is still completing
-        (it writes why it stopped: the requeue is named by it, next period)."""
         state = base_state(slurm.state) if slurm is not None else ""
         if state in INTERRUPTED_STATES:
             self.node_failed[row.job_id] = state != "PREEMPTED"
-        return reading.phase is not Phase.unknown and not (target > row.attempt and state == "COMPLETING")
+        target = first + (slurm.restarts if slurm is not None else 0)
+        todo = follow.steps(row.status, row.attempt, target, state, reading.phase, self._completing_for(row, state))
+        if Step.hold in todo and slurm is not None:  # the old allocation completing: never "running"
+            reading = Reading(Phase.pending, follow.completing_words(slurm, first))
+        for step in todo:
+            if (after := self._carry(step, row, slurm, reading, target)) is None:
+                return
+            row = after
+        self._show(row, slurm, reading)
+        if (Step.reason in todo or Step.hold in todo) and row.pending_reason != reading.words:
+            rows.set_reason(self.engine, row.job_id, row.attempt, reading.words)
+
+    def _carry(self, step: Step, row: rows.Row, slurm: SlurmJob | None, reading: Reading, target: int
+               ) -> rows.Row | None:  # fmt: skip
+        """One step of worker/slurm/follow.py's: the row as it is after it (None: nothing more this period)."""
+        if step is Step.requeue:
+            return self._requeued(row, target, reading)
+        if step is Step.claim:  # None: cancelled meanwhile
+            won = rows.claim(self.engine, row.job_id, target, self.runs_dir, self.pool, reading.words) is not None
+            return replace(row, status=S.starting, attempt=target) if won else None
+        if step is Step.start:
+            rows.mark_running(self.engine, row.job_id, row.attempt, reading.words)
+        elif step in (Step.wait, Step.follow) and row.status is not S.queued:
+            self._ingest(row)
+        elif step is Step.unstart:
+            rows.unstart(self.engine, row.job_id, row.attempt, reading.words)
+            return replace(row, status=S.queued, pending_reason=reading.words)
+        elif step is Step.drop:
+            rows.drop(self.engine, row.job_id, row.attempt, reading.words)
+        elif step is Step.end:
+            self._show(row, slurm, reading)
+            self._end(row, reading, slurm)
+            return None
+        return row
+
+    def _completing_for(self, row: rows.Row, state: str) -> float:
+        """Seconds a requeued job's old allocation has been COMPLETING while the row follows that attempt."""
+        if state != "COMPLETING" or row.status is S.queued:
+            self.completing.pop(row.job_id, None)
+            return 0.0
+        return time.monotonic() - self.completing.setdefault(row.job_id, time.monotonic())
 
     def _interrupted_for(self, job_id: int, slurm: SlurmJob | None) -> float:
         """Seconds the job has been PREEMPTED (NODE_FAIL, BOOT_FAIL) without a requeue, as this agent saw it."""
@@ -277,21 +312,47 @@ class Agent:
 
     def _requeued(self, row: rows.Row, target: int, reading: Reading) -> rows.Row:
         """Slurm restarted the job (preemption, the time limit, `scontrol requeue`, a node failure: named by the
-        batch step's stop record): the attempt that ran ends as requeued (its events ingested), and the row becomes
-        attempt `target`, waiting in Slurm."""
+        batch step's stop record, or for a node failure by Slurm's accounting and `sinfo`): the attempt that ran
+        ends as requeued (its events ingested), and the row goes back to rankzero's queue with Slurm's reason,
+        its Slurm job id kept, until Slurm runs attempt `target` (worker/slurm/follow.py)."""
         self._ingest(row, final=True)
         self.watched.pop(row.job_id, None)
+        self.completing.pop(row.job_id, None)
         restart = target - (row.first_attempt or row.attempt) - 1
         record = stops.read_record(job_run_dir(self.runs_dir, row.job_id), str(row.backend_job_id), restart)
         seen = self.node_failed.pop(row.job_id, None)  # no record: what the agent saw of it, if anything
+        failed = self._failed_node(row, seen) if record is None else None
         fallback = None if seen is None else (stops.Cause.node_failure if seen else stops.Cause.preempted)
-        why = stops.requeue_words(*record) if record is not None else stops.requeue_words(fallback, unseen=True)
+        if failed is not None:
+            why = f"requeued by Slurm after {failed}"
+        else:
+            why = stops.requeue_words(*record) if record is not None else stops.requeue_words(fallback, unseen=True)
         words = f"{why}: resumes from its newest checkpoint as attempt {target}"
-        # starting or running → queued → starting as attempt `target` (one that never ran moves on too).
-        jobs.requeue(self.engine, row.job_id, words, attempt=row.attempt)
-        rows.claim(self.engine, row.job_id, target, self.runs_dir, self.pool, reading.words)
-        return rows.Row(row.job_id, S.starting, target, row.backend_job_id, row.first_attempt, None, row.spec,
-                        row.shown)  # fmt: skip
+        jobs.requeue(self.engine, row.job_id, words, attempt=row.attempt, pending_reason=reading.words)
+        return replace(row, status=S.queued, pending_reason=reading.words)
+
+    def _failed_node(self, row: rows.Row, seen: bool | None) -> str | None:
+        """Which node failed, in words, when Slurm's accounting ended the allocation NODE_FAIL (or the agent saw
+        NODE_FAIL): the allocation's nodes that `sinfo` shows down or not responding (None: not a node failure)."""
+        assert row.backend_job_id is not None
+        allocation = follow.node_fail_allocation(commands.sacct_history(self.run, row.backend_job_id))
+        if allocation is None and not seen:
+            return None
+        try:
+            nodes = commands.sinfo(self.run)
+        except commands.SlurmError:
+            nodes = []
+        return follow.node_failure_words(allocation or (row.shown.nodes if row.shown else "") or "", nodes)
+
+    def _cancel_unfollowed(self, seen: dict[str, SlurmJob]) -> None:
+        """A job cancelled while queued in Slurm after a requeue (by the API, at once): its Slurm job goes too."""
+        active = [i for i, j in seen.items() if base_state(j.state) in PENDING_STATES | RUNNING_STATES]
+        for job_id, slurm_id in rows.cancelled_in_slurm(self.engine, self.pool, active):
+            try:
+                commands.scancel(self.run, slurm_id)
+                log.info("job %s: cancelled while queued; scancel %s", job_id, slurm_id)
+            except commands.SlurmError as exc:
+                log.warning("job %s: scancel %s: %s (retried next period)", job_id, slurm_id, exc)
 
     def _cancel(self, row: rows.Row) -> None:
         """The marker tells the batch script not to requeue the checkpointed ranks; scancel stops them."""
@@ -312,7 +373,7 @@ class Agent:
             tail = w.tail if w is not None else EventTail(run.events)
             tensorboard = w.tensorboard if w is not None else TensorBoardTail(run.tensorboard)
             ingestor = Ingestor(self.engine, row.job_id, run.root, attempt=row.attempt)
-            feed = _console(run, row.attempt, row.spec)
+            feed = console_feed(run, row.attempt, row.spec)
             w = _Watched(tail, ingestor, row.attempt, tensorboard, feed, SampleTail(run.attempt_logs(row.attempt)))
             self.watched[row.job_id] = w
         if w.console is not None:
@@ -371,7 +432,7 @@ class Agent:
         GraceTime a preempted job that exits is recorded as finished; a failed self-requeue): rankzero
         submits it again, so no job is lost. The new Slurm job resumes from the checkpoint."""
         words = f"{reading.words}; it had checkpointed on a stop signal: submitted again to resume"
-        jobs.requeue(self.engine, row.job_id, words, attempt=row.attempt)
+        jobs.requeue(self.engine, row.job_id, words, attempt=row.attempt, backend_job_id=None)
         job = rows.claim(self.engine, row.job_id, None, self.runs_dir, self.pool, "handed to Slurm again")
         if job is not None:
             self._sbatch(row.job_id, job.attempt, job.spec, job.priority)
@@ -387,24 +448,3 @@ class Agent:
             except Exception:
                 log.exception("slurm agent period failed; retrying")
             stop.wait(self.settings.slurm_poll_s)
-
-
-def _console(run: RunDir, attempt: int, raw_spec: dict) -> ConsoleFeed | None:
-    """A script job's console feed (None for the built-in trainer, or a spec that no longer validates)."""
-    try:
-        spec = JobSpec.model_validate(raw_spec)
-    except ValidationError:
-        return None
-    feed = ConsoleFeed(run, attempt, spec)
-    return feed if feed.enabled else None
-
-
-def _script_env(spec_dict: dict) -> dict[str, str]:
-    """A script job's own variables (world size, accumulation): as worker/launch.py gives them."""
-    values = script_job_env(spec_dict, ())
-    out = {}
-    if values.get("world_size"):
-        out["RANKZERO_WORLD_SIZE"] = str(values["world_size"])
-    if values.get("accumulation_steps"):
-        out["RANKZERO_ACCUMULATION_STEPS"] = str(values["accumulation_steps"])
-    return out

@@ -97,6 +97,21 @@ def sacct(run: Runner, job_ids: Iterable[str]) -> dict[str, SlurmJob]:
         return {}
 
 
+def sacct_history(run: Runner, job_id: str) -> list[SlurmJob]:
+    """Every record of one job, oldest first (`-D`: a requeued job has one per allocation); [] when accounting is
+    off. Which allocation ended NODE_FAIL, and on which nodes (worker/slurm/follow.py)."""
+    try:
+        out = run(["sacct", "-n", "-P", "-X", "-D", "-j", job_id, "-o", ",".join(SACCT_FIELDS)])
+    except SlurmError:
+        return []
+    records = []
+    for line in out.splitlines():
+        parts = line.split("|")
+        if len(parts) >= len(SACCT_FIELDS) and parts[0] == job_id:
+            records.append(SlurmJob(job_id, parts[1], parts[2], parts[3], parts[4], 0, parts[6], exit_status(parts[5])))
+    return records
+
+
 def sbatch(run: Runner, script: Path) -> str:
     """Submit `script`; the Slurm job id (`--parsable` prints "id" or "id;cluster")."""
     out = run(["sbatch", "--parsable", str(script)]).strip()

@@ -39,11 +39,12 @@ class Row:
 
 
 def queued(engine: Engine, pool: str, limit: int = 100) -> list[int]:
-    """Queued jobs of the pool, as the scheduler would order them (priority, then age)."""
+    """Queued jobs of the pool not yet handed to Slurm, as the scheduler would order them (priority, then age); a
+    requeued job waiting in Slurm's queue keeps its Slurm job id and is followed (`live`), never submitted again."""
     with Session(engine) as s:
         rows = s.exec(
             select(Job.id)
-            .where(col(Job.status) == S.queued, col(Job.queue) == pool)
+            .where(col(Job.status) == S.queued, col(Job.queue) == pool, col(Job.backend_job_id).is_(None))
             .order_by(col(Job.priority).desc(), col(Job.created_at), col(Job.id))
             .limit(limit)
         ).all()
@@ -51,12 +52,16 @@ def queued(engine: Engine, pool: str, limit: int = 100) -> list[int]:
 
 
 def live(engine: Engine, pool: str) -> list[Row]:
-    """The pool's live jobs: the columns the agent reads, in one query (no ORM objects: a period's cost)."""
+    """The pool's live jobs, and its requeued jobs waiting in Slurm's queue (`queued`, with a Slurm job id): the
+    columns the agent reads, in one query (no ORM objects: a period's cost)."""
     columns = (col(Job.id), col(Job.status), col(Job.attempt), col(Job.backend_job_id),
                col(Job.backend_first_attempt), col(Job.pending_reason), col(Job.spec), col(Job.backend_partition),
                col(Job.backend_nodes), col(Job.backend_state), col(Job.backend_state_words))  # fmt: skip
     with Session(engine) as s:
-        found = s.execute(columns_of(*columns).where(col(Job.status).in_(list(LIVE)), col(Job.queue) == pool)).all()
+        in_slurm = col(Job.status).in_(list(LIVE)) | (
+            (col(Job.status) == S.queued) & col(Job.backend_job_id).isnot(None)
+        )
+        found = s.execute(columns_of(*columns).where(in_slurm, col(Job.queue) == pool)).all()
     return [
         Row(int(i), JobStatus(st), int(a), b, f, r, sp, BackendStatus(pa, no, sa, w) if w is not None else None)
         for i, st, a, b, f, r, sp, pa, no, sa, w in found
@@ -127,8 +132,25 @@ def mark_running(engine: Engine, job_id: int, attempt: int, detail: str) -> bool
         return won
 
 
-def heartbeat(engine: Engine, job_ids: list[int]) -> None:
-    """One UPDATE for every live job the agent watches: recovery never mistakes them for lost."""
+def cancelled_in_slurm(engine: Engine, pool: str, slurm_ids: list[str]) -> list[tuple[int, str]]:
+    """(job, Slurm job id) of the pool's cancelled jobs whose Slurm job is among `slurm_ids` (still active)."""
+    if not slurm_ids:
+        return []
+    with Session(engine) as s:
+        found = s.execute(
+            columns_of(col(Job.id), col(Job.backend_job_id)).where(
+                col(Job.queue) == pool, col(Job.status) == S.cancelled, col(Job.backend_job_id).in_(slurm_ids)
+            )
+        ).all()
+    return [(int(i), str(b)) for i, b in found]
+
+
+def heartbeat(engine: Engine, job_ids: list[int], pool: str | None = None) -> None:
+    """One UPDATE for every live job the agent watches: recovery never mistakes them for lost; and, with `pool`,
+    the pool's `seen_at`: the agent is alive (a job's page says when nothing has watched it: core/supervision.py)."""
+    if pool is not None:
+        with engine.begin() as conn:
+            conn.execute(update(Pool).where(col(Pool.name) == pool).values(seen_at=now_sql(conn)))
     if not job_ids:
         return
     with engine.begin() as conn:
@@ -174,3 +196,18 @@ def site_cancelling(engine: Engine, job_id: int, attempt: int, words: str) -> bo
         won = jobs.transition(s, job_id, S.cancelling, expect=S.running, detail=words, fence=attempt)
         s.commit()
     return won
+
+
+def drop(engine: Engine, job_id: int, attempt: int, words: str) -> bool:
+    """A requeued job the site cancelled in Slurm's queue: queued → cancelled (nothing of it runs any more)."""
+    with Session(engine) as s:
+        won = jobs.transition(s, job_id, S.cancelled, expect=S.queued, detail=words, fence=attempt)
+        s.commit()
+    return won
+
+
+def unstart(engine: Engine, job_id: int, attempt: int, words: str) -> bool:
+    """A row that says running while Slurm holds the job waiting (no restart seen): back to the queue, with
+    Slurm's reason; it starts again when Slurm runs it (worker/slurm/follow.py)."""
+    return jobs.requeue(engine, job_id, f"{words}: Slurm holds it waiting, not running", attempt=attempt,
+                        pending_reason=words)  # fmt: skip
