@@ -8,6 +8,9 @@ so every delivery the test waits on is one it made happen."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -25,6 +28,7 @@ from core.sweeps import store
 from core.sweeps.space import SweepSpec
 from core.tables import JobStatus
 from tests.ops.receiver import Receiver
+from tests.support.commands import RANKZERO
 from tests.support.jobs import fake_spec
 from tests.support.rows import insert_job
 from tests.support.settings import API_TOKEN
@@ -207,3 +211,34 @@ def test_a_delivery_error_is_shown_to_the_hooks_owner_and_admins_only(team, rece
 def test_where_a_webhook_may_point(url: str, addresses: list[str], allow: bool, refused: str | None) -> None:
     why = webhooks.url_shape_refusal(url) or webhooks.address_refusal("host", addresses, allow)
     assert (why is None) if refused is None else (refused in (why or "")), why
+
+
+def test_webhooks_add_list_test_rm_from_the_cli(service, receivers, tmp_path) -> None:
+    """`rankzero webhooks add|list|test|rm` as a member: the secret printed once signs the test event."""
+    settings, admin = service(webhook_allow_private=True)
+    made = admin.http.post("/users", json={"name": "alice", "role": "member"}).json()
+    base = str(admin.http.base_url).removesuffix("/api/").removesuffix("/api")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RANKZERO_")}
+    env |= {"RANKZERO_CONFIG_DIR": str(tmp_path / "c"), "RANKZERO_DATA_DIR": str(tmp_path / "d"), "COLUMNS": "300"}
+    auth = ("--url", base, "--token", made["token"]["token"])
+
+    def cli(*args: str, code: int = 0) -> str:
+        out = subprocess.run([RANKZERO, *args, *auth], capture_output=True, text=True, timeout=120, env=env)
+        assert out.returncode == code, (args, out.stdout, out.stderr)
+        return out.stdout + out.stderr
+
+    hers = receivers()
+    added = cli("webhooks", "add", hers.url)
+    secret = re.search(r"^([A-Za-z0-9_-]{43})$", added, re.MULTILINE)
+    hook_id = re.search(r"^webhook (\d+) for alice", added, re.MULTILINE)
+    assert secret is not None and hook_id is not None and "Shown once" in added, added
+    listed = cli("webhooks", "list")
+    assert hers.url in listed and "alice" in listed and secret[1] not in listed
+    assert "the receiver answered 200" in cli("webhooks", "test", hook_id[1])
+    [(headers, raw, _)] = hers.calls
+    assert notify.signature_ok(secret[1], raw, headers["x-rankzero-signature"])
+    assert json.loads(raw)["event"] == headers["x-rankzero-event"] == "webhook.test"
+    refused = cli("webhooks", "add", "ftp://example.com/x", code=1)
+    assert "http:// or https://" in refused, refused
+    assert f"webhook {hook_id[1]} removed" in cli("webhooks", "rm", hook_id[1])
+    assert hers.url not in cli("webhooks", "list")
