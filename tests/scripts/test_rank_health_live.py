@@ -56,7 +56,7 @@ def test_a_rank_slowed_on_purpose_is_flagged(service, workers, project, upload) 
     ranks = done["ranks"]
     assert ranks["timed_by"] == "work", ranks
     by_rank = {r["rank"]: r for r in ranks["ranks"]}
-    assert by_rank[0]["step"] == by_rank[1]["step"] == 40, ranks
+    assert by_rank[0]["step"] == by_rank[1]["step"] == 30, ranks
     assert by_rank[1]["score"] > 1.25 > by_rank[0]["score"], ranks
     assert len(ranks["stragglers"]) == 1 and ranks["stragglers"][0].startswith("rank 1 is "), ranks
     assert ranks["stragglers"][0].endswith("× slower than the median rank"), ranks
