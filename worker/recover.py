@@ -59,7 +59,8 @@ def recover_once(settings: Settings) -> list[int]:
     # flushed broker, or its worker gone while holding it).
     queued_cutoff = now - timedelta(seconds=settings.redispatch_after_s)
     touched: list[int] = []
-    columns = (col(Job.id), col(Job.status), col(Job.heartbeat_at), col(Job.vouched_at), col(Job.host_losses))
+    columns = (col(Job.id), col(Job.status), col(Job.heartbeat_at), col(Job.vouched_at), col(Job.host_losses),
+               col(Job.worker_host))  # fmt: skip
     with Session(engine) as s:
         rows = s.execute(
             select(*columns).where(
@@ -71,14 +72,14 @@ def recover_once(settings: Settings) -> list[int]:
                 or_(col(Job.queue) == settings.queue, col(Job.queue).is_(None)),
             )
         ).all()
-    for job_id, status, live_beat, vouched, losses in rows:
+    for job_id, status, live_beat, vouched, losses, host in rows:
         raw_beat = vouched if status == S.queued else live_beat
         beat = _aware(raw_beat)
         if not _stale(JobStatus(status), beat, queued_cutoff if status == S.queued else cutoff):
             continue
         beat = beat or EPOCH
         status = JobStatus(status)
-        since = f"no heartbeat since {beat.isoformat(timespec='seconds')}"
+        since = f"{lost_host(host)}no heartbeat since {beat.isoformat(timespec='seconds')}"
         with Session(engine) as s:
             if status == S.queued:
                 won = jobs.take_stale_queued(s, job_id, raw_beat)
@@ -102,6 +103,12 @@ def recover_once(settings: Settings) -> list[int]:
             touched.append(job_id)
             log.warning("job %s: recovered (%s, was %s)", job_id, since, status.value)
     return touched
+
+
+def lost_host(worker_host: str | None) -> str:
+    """The host whose worker went silent, named (issue 35): node 0's, the one that heartbeats the job ("host a: ")."""
+    first = (worker_host or "").split(",")[0].strip()
+    return f"host {first}: " if first else ""
 
 
 def _resume_or_fail(s: Session, job_id: int, status: JobStatus, losses: int, since: str, settings: Settings) -> bool:

@@ -108,3 +108,34 @@ def test_a_host_with_a_wrong_clock_neither_looks_dead_nor_judges_wrongly(api_set
     assert recover.recover_once(settings) == []
     with Session(get_engine(pg_url)) as s:
         assert s.get(Job, alive).status == JobStatus.running
+
+
+@pytest.mark.parametrize(
+    ("worker_host", "named"), [("hostB", "host hostB: "), ("hostA,hostB", "host hostA: "), (None, ""), ("", "")]
+)
+def test_the_lost_host_is_its_node_zeros(worker_host, named):
+    from worker.recover import lost_host
+
+    assert lost_host(worker_host) == named
+
+
+def test_a_host_loss_names_the_host_in_the_jobs_timeline(api_settings, database_url):
+    """Issue 35: the timeline (and `rankzero show`) says which host went silent."""
+    from sqlmodel import col, select
+
+    from core.tables import JobTransition
+    from worker import recover
+
+    settings = api_settings(database_url=database_url, heartbeat_s=1.0, max_host_losses=3)
+    upgrade(database_url)
+    dead = _add(database_url, JobStatus.running, 600, placed=True)
+    with Session(get_engine(database_url)) as s:
+        job = s.get(Job, dead)
+        assert job is not None
+        job.worker_host = "hostB"
+        s.add(job)
+        s.commit()
+    assert recover.recover_once(settings) == [dead]
+    with Session(get_engine(database_url)) as s:
+        details = s.exec(select(JobTransition.detail).where(col(JobTransition.job_id) == dead)).all()
+    assert any(d and d.startswith("worker lost (host hostB: no heartbeat since ") for d in details), details
