@@ -8,7 +8,7 @@ import { $, h, setText, debounce } from "./dom.js";
 import { MetricPanel, outcomeOf } from "./job_charts.js";
 import { renderConsoleNote } from "./console_note.js";
 import { renderStartEstimate, renderTimeBar } from "./time_bar.js";
-import { renderRanks } from "./rank_view.js";
+import { ranksRefresher, renderRanks } from "./rank_view.js";
 import { fmtValue } from "./charts.js";
 import { LogView } from "./logs.js";
 import { loadNotifications } from "./notifications.js";
@@ -454,7 +454,11 @@ function startLive() {
     reloadJob();
     if (TERMINAL.has(job.status)) onEnd();
   });
-  stream.addEventListener("progress", (e) => renderProgress(Object.assign(job, JSON.parse(e.data))));
+  const refreshRanks = ranksRefresher(() => api(`/jobs/${jobId}`));  // every rank's step, the stragglers
+  stream.addEventListener("progress", (e) => {
+    renderProgress(Object.assign(job, JSON.parse(e.data)));
+    refreshRanks();
+  });
   stream.addEventListener("metrics", (e) => {
     panel.append(JSON.parse(e.data));
   });

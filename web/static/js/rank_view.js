@@ -42,3 +42,19 @@ export function renderRanks(view) {
       h("td", {}, r.score === null || r.score === undefined ? "" : `${fmtNumber(r.score, 2)}×`));
   }));
 }
+
+const RANKS_EVERY_MS = 10_000;
+
+/**
+ * What the job's progress events call: the ranks are read again at most every 10 s, so a straggler shows
+ * while the job runs, not only at its next change of status.
+ * @param {() => Promise<{ ranks?: RanksView | null }>} read  the job's detail
+ */
+export function ranksRefresher(read) {
+  let last = Date.now();
+  return () => {
+    if (Date.now() - last < RANKS_EVERY_MS) return;
+    last = Date.now();
+    read().then((detail) => renderRanks(detail.ranks)).catch(() => {});
+  };
+}
