@@ -125,6 +125,7 @@ class Workers:
         self.tmp_path = tmp_path
         self.options = options or ServiceOptions()
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.runs_dirs: set[Path] = set()  # where their attempts' disk filesystems are (worker/sandbox_disk.py)
         # Inherited by the workers, torchrun and every rank: tells this test's processes apart from
         # any other run's on the same machine (other suites launch job 1 too).
         self.marker = new_marker()
@@ -153,6 +154,7 @@ class Workers:
                 cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         self.procs.append(proc)
+        self.runs_dirs.add(Path(settings.resolved_runs_dir))
         return proc
 
     def stop(self, proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL, timeout: float = 30) -> None:
@@ -175,6 +177,10 @@ def workers(tmp_path: Path, service_options: ServiceOptions) -> Iterator[Workers
         w.stop(proc, signal.SIGKILL)  # the worker's group
     # torchrun and ranks live in sessions of their own: find them by this test's marker.
     end_everything(w.marker)
+    from worker import sandbox_disk
+
+    for runs_dir in w.runs_dirs:  # a killed worker's attempt leaves its disk filesystem mounted: the host keeps none
+        sandbox_disk.recover(runs_dir)
 
 
 @pytest.fixture
