@@ -117,6 +117,7 @@ def test_sparse_files_and_hard_links_take_no_more_room_after_the_copy(tmp_path: 
 CAN_MOUNT = os.geteuid() == 0 and all(sandbox_disk.host_can_mount())
 
 
+@pytest.mark.slow  # runs mkfs.ext4 and mount (the unit tier starts no process)
 @pytest.mark.skipif(not CAN_MOUNT, reason="mounting an image needs root and loop devices (the sampled check applies)")
 @pytest.mark.parametrize("limit_mb", [50, 500, 3000])
 def test_the_images_free_space_is_the_limit(tmp_path: Path, limit_mb: int) -> None:
@@ -139,6 +140,7 @@ def _mounted_at(folder: Path) -> bool:
     return any(line.split()[4] == str(folder) for line in Path("/proc/self/mountinfo").read_text().splitlines())
 
 
+@pytest.mark.slow  # runs mkfs.ext4 and mount (the unit tier starts no process)
 @pytest.mark.skipif(not CAN_MOUNT, reason="mounting an image needs root and loop devices (the sampled check applies)")
 def test_an_attempt_filesystem_shows_the_run_dir_and_gives_it_back(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
@@ -160,6 +162,7 @@ def test_an_attempt_filesystem_shows_the_run_dir_and_gives_it_back(tmp_path: Pat
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step_00000020.pt"]
 
 
+@pytest.mark.slow  # runs mkfs.ext4 and mount (the unit tier starts no process)
 @pytest.mark.skipif(not CAN_MOUNT, reason="mounting an image needs root and loop devices (the sampled check applies)")
 def test_a_dead_workers_filesystem_is_copied_back_at_the_next_start(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
