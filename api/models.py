@@ -81,6 +81,17 @@ class JobPublic(BaseModel):
     backend_state_words: str | None = Field(
         None, description="Slurm's state in words ('Slurm job 41: running on n[1-2] in partition gpu')."
     )
+    # --- whether anything watches it (issue 35; core/supervision.py): set only while its supervisor is silent ---
+    supervisor_silent_s: float | None = Field(
+        default=None,
+        description="Seconds since the job's supervisor (the worker on node 0's host, or its Slurm pool's agent) was "
+        "last heard from, when longer than half the stale threshold: its row may be frozen; null otherwise.",
+    )
+    supervisor_silence: str | None = Field(
+        default=None,
+        description="The same in words ('nothing has watched this job for 3 min: the Slurm agent of pool cluster was "
+        "last seen at …'); null while it is watched.",
+    )
     # --- a job's own packages (issue 28): only in POST /api/jobs's answer ---
     environment_estimate: EnvironmentEstimate | None = Field(
         default=None,

@@ -174,6 +174,8 @@ def show_table(job: dict[str, Any]) -> Table:
         (label, number(job[key])) for key, label in SHOW_FIELDS if job.get(key) is not None and key not in hidden
     ]
     rows.insert(4, ("step", steps(job)))
+    # its worker or Slurm agent is silent: what the row says may be frozen (issue 35, core/supervision.py)
+    rows[5:5] = [("unwatched", job["supervisor_silence"])] if job.get("supervisor_silence") else []
     if job.get("samples_per_s") is not None:
         rows.append(("samples/s", number(job["samples_per_s"])))
     if job.get("status") == "running" and job.get("eta_s") is not None:

@@ -30,6 +30,7 @@ from core import (
     quota_gate,
     quotas,
     start_estimate,
+    supervision,
     team_pass,
     time_breakdown,
     wake,
@@ -252,6 +253,7 @@ def _json(model: BaseModel) -> Response:
 def list_jobs(  # noqa: PLR0913 (one parameter per filter)
     session: ReadSessionDep,
     who: CurrentUser,
+    settings: SettingsDep,
     status_: Annotated[
         list[JobStatus] | None, Query(alias="status", description="Only jobs in this status (repeatable).")
     ] = None,
@@ -315,7 +317,8 @@ def list_jobs(  # noqa: PLR0913 (one parameter per filter)
     ).all()
     total = page[0][1] if page else session.exec(count).one()
     owners = owner_names(session, [job for job, _ in page])
-    items = [JobPublic.from_row(job, owners) for job, _ in page]
+    silent = supervision.load(session, [job for job, _ in page], settings)
+    items = [_watched(JobPublic.from_row(job, owners), silent.get(job.id or 0)) for job, _ in page]
     if columns:
         latest = job_sort.latest_metrics(session, [item.id for item in items], columns)
         items = [item.model_copy(update={"metrics": latest.get(item.id, {})}) for item in items]
@@ -329,8 +332,9 @@ def get_job(job_id: JobId, session: ReadSessionDep, settings: SettingsDep) -> Re
         select(JobTransition).where(JobTransition.job_id == job_id).order_by(col(JobTransition.id))
     ).all()
     # Built from values validated already (JobPublic, TransitionPublic), so not validated again.
+    silence = supervision.load(session, [job], settings).get(job_id)  # nothing watching it, said so
     fields: dict[str, Any] = {
-        **dict(JobPublic.from_row(job, owner_names(session, [job]))),
+        **dict(_watched(JobPublic.from_row(job, owner_names(session, [job])), silence)),
         "transitions": [TransitionPublic.from_row(r) for r in rows],
         "time_breakdown": TimeBreakdown.model_construct(**time_breakdown.load(session, job).as_dict()),
         "start_estimate": _start_estimate(session, job, settings),
@@ -341,8 +345,16 @@ def get_job(job_id: JobId, session: ReadSessionDep, settings: SettingsDep) -> Re
     return _json(detail)
 
 
+def _watched(item: JobPublic, silence: supervision.Silence | None) -> JobPublic:
+    """The job as read, saying so when nothing has watched it for a while (core/supervision.py)."""
+    if silence is None:
+        return item
+    return item.model_copy(update={"supervisor_silent_s": silence.silent_s, "supervisor_silence": silence.sentence()})
+
+
 def _start_estimate(session: Session, job: Job, settings: Settings) -> StartEstimate | None:
-    if job.status != JobStatus.queued or job.placement or job.id is None:
+    # a requeued Slurm job waits in Slurm's queue (its Slurm job id kept): rankzero's hosts do not place it
+    if job.status != JobStatus.queued or job.placement or job.id is None or job.backend_job_id:
         return None
     pool = job.queue or settings.queue
     found = start_estimate.load(session, pool, settings.resolved_stale_after_s, default_pool=settings.queue).get(job.id)

@@ -1694,6 +1694,16 @@ export interface components {
             /** Strategy */
             strategy: string;
             /**
+             * Supervisor Silence
+             * @description The same in words ('nothing has watched this job for 3 min: the Slurm agent of pool cluster was last seen at …'); null while it is watched.
+             */
+            supervisor_silence?: string | null;
+            /**
+             * Supervisor Silent S
+             * @description Seconds since the job's supervisor (the worker on node 0's host, or its Slurm pool's agent) was last heard from, when longer than half the stale threshold: its row may be frozen; null otherwise.
+             */
+            supervisor_silent_s?: number | null;
+            /**
              * Tags
              * @description Labels to filter by (GET /api/jobs?tag=).
              */
@@ -1910,6 +1920,16 @@ export interface components {
             step: number | null;
             /** Strategy */
             strategy: string;
+            /**
+             * Supervisor Silence
+             * @description The same in words ('nothing has watched this job for 3 min: the Slurm agent of pool cluster was last seen at …'); null while it is watched.
+             */
+            supervisor_silence?: string | null;
+            /**
+             * Supervisor Silent S
+             * @description Seconds since the job's supervisor (the worker on node 0's host, or its Slurm pool's agent) was last heard from, when longer than half the stale threshold: its row may be frozen; null otherwise.
+             */
+            supervisor_silent_s?: number | null;
             /**
              * Tags
              * @description Labels to filter by (GET /api/jobs?tag=).

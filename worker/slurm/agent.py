@@ -235,7 +235,7 @@ class Agent:
 
     def _heartbeat_all(self) -> None:
         """While the agent builds an environment (minutes), its other jobs still look alive."""
-        rows.heartbeat(self.engine, [r.job_id for r in rows.live(self.engine, self.pool)])
+        rows.heartbeat(self.engine, [r.job_id for r in rows.live(self.engine, self.pool)], self.pool)
 
     # --- following --------------------------------------------------------------------------
 

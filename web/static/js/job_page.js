@@ -94,6 +94,7 @@ function renderJob(j) {
   $("#job-note").hidden = !job.note;
   setText($("#job-note"), job.note || "");
   renderPlacement(job);
+  renderUnwatched(job);
   renderWaiting(job);
   renderCode(job);
   renderFailure();
@@ -127,6 +128,17 @@ function renderPlacement(j) {
   const gpus = p.nodes.flatMap((n) => (n.gpus || []).map((g) => `${n.host}:${g}`));
   el.hidden = false;
   el.replaceChildren(h("span", {}, parts.join(" ")), ...(gpus.length ? [h("span", { class: "muted" }, ` · GPUs ${gpus.join(", ")}`)] : []));
+}
+
+/**
+ * Nothing has watched the job for a while: its worker's host or its Slurm pool's agent went silent, so what the page
+ * shows (its state, its step) may be frozen (issue 35; the server decides: core/supervision.py).
+ * @param {JobDetail} j
+ */
+function renderUnwatched(j) {
+  const el = $("#job-unwatched");
+  el.hidden = !j.supervisor_silence;
+  setText(el, j.supervisor_silence ? `${j.supervisor_silence.charAt(0).toUpperCase()}${j.supervisor_silence.slice(1)}.` : "");
 }
 
 /** A queued job says why it waits (pending_reason when the scheduler gives one). */
