@@ -15,6 +15,7 @@ from worker.slurm.follow import (
     expand_nodes,
     failed_nodes,
     node_fail_allocation,
+    node_failure,
     node_failure_words,
     steps,
 )
@@ -151,3 +152,23 @@ def test_failed_nodes_keeps_the_allocations_order() -> None:
 def test_node_fail_allocation(records: list[tuple[str, str]], allocation: str | None) -> None:
     found = [SlurmJob("41", state, nodes=nodes) for state, nodes in records]
     assert node_fail_allocation(found) == allocation
+
+
+DOWN_N2 = [node("n1", "mixed"), node("n2", "down*", "Not responding")]
+
+
+@pytest.mark.parametrize(
+    ("failed_allocation", "seen", "ran_on", "nodes", "words"),
+    [
+        ("n[1-2]", False, "n[1-2]", DOWN_N2, "node n2 (Not responding) failed"),  # accounting says NODE_FAIL
+        (None, True, "n[1-2]", DOWN_N2, "node n2 (Not responding) failed"),  # the agent saw NODE_FAIL
+        (None, False, "n[1-2]", DOWN_N2, "node n2 (Not responding) failed"),  # no accounting: a node is down now
+        (None, True, "n[1-2]", [node("n1", "idle"), node("n2", "idle")], "a node of n[1-2] failed"),  # back already
+        (None, False, "n[1-2]", [node("n1", "idle"), node("n2", "idle")], None),  # an admin's requeue, say
+        (None, False, "n1", DOWN_N2, None),  # another job's node is down: not this one's failure
+        (None, False, "", [], None),
+    ],
+)
+def test_a_requeue_after_a_node_failure_names_the_node(failed_allocation: str | None, seen: bool, ran_on: str,
+                                                       nodes: list[NodeState], words: str | None) -> None:  # fmt: skip
+    assert node_failure(failed_allocation, seen, ran_on, nodes) == words

@@ -16,6 +16,7 @@ from core.db import get_engine
 from core.migrate import upgrade
 from core.tables import Job, JobStatus, JobTransition
 from worker.slurm.agent import Agent
+from worker.slurm.commands import SlurmError
 
 pytestmark = pytest.mark.xdist_group("slurm")
 
@@ -31,6 +32,7 @@ class FakeSlurm:
     def __init__(self) -> None:
         self.line: str | None = None
         self.calls: list[list[str]] = []
+        self.accounting = True
 
     def __call__(self, argv: Sequence[str], stdin: str | None = None) -> str:
         self.calls.append(list(argv))
@@ -39,6 +41,8 @@ class FakeSlurm:
             return "41\n"
         if tool == "squeue":
             return f"{self.line}\n" if self.line and "-n" not in argv else ""
+        if tool == "sacct" and not self.accounting:
+            raise SlurmError("sacct: Slurm accounting storage is disabled")
         if tool == "sacct" and "-D" in argv:
             return (
                 "41|NODE_FAIL|None|n[1-2]|low|0:0|2026-12-07T05:00:00\n"
@@ -77,10 +81,16 @@ def row(agent: Agent, job_id: int) -> Job:
     return job
 
 
-def test_a_node_that_fails_leaves_the_job_queued_with_the_node_named_until_slurm_runs_it(agent: Agent) -> None:
-    job_id = submitted_and_running(agent)
+@pytest.mark.parametrize("accounting", [True, False], ids=["sacct", "no-accounting"])
+def test_a_node_that_fails_leaves_the_job_queued_with_the_node_named_until_slurm_runs_it(
+    agent: Agent, accounting: bool
+) -> None:
+    """With accounting, sacct's NODE_FAIL record names the allocation; without, the nodes the attempt ran on that
+    sinfo shows down (the agent sees only COMPLETING, then PENDING)."""
     fake = agent.run
     assert isinstance(fake, FakeSlurm)
+    fake.accounting = accounting
+    job_id = submitted_and_running(agent)
 
     fake.line = f"41|PENDING|{DOWN}|(null)|low|1|Unknown||"  # requeued after the node failure, held for n2
     agent.step()

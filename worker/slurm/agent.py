@@ -321,7 +321,9 @@ class Agent:
         restart = target - (row.first_attempt or row.attempt) - 1
         record = stops.read_record(job_run_dir(self.runs_dir, row.job_id), str(row.backend_job_id), restart)
         seen = self.node_failed.pop(row.job_id, None)  # no record: what the agent saw of it, if anything
-        failed = self._failed_node(row, seen) if record is None else None
+        # a node failure is named from what Slurm says of the nodes (a batch step that outlived its peer's node
+        # may have recorded the requeue as an admin's: the same `scontrol show job` picture)
+        failed = self._failed_node(row, seen) if record is None or record[0] is stops.Cause.requeued else None
         fallback = None if seen is None else (stops.Cause.node_failure if seen else stops.Cause.preempted)
         if failed is not None:
             why = f"requeued by Slurm after {failed}"
@@ -332,17 +334,14 @@ class Agent:
         return replace(row, status=S.queued, pending_reason=reading.words)
 
     def _failed_node(self, row: rows.Row, seen: bool | None) -> str | None:
-        """Which node failed, in words, when Slurm's accounting ended the allocation NODE_FAIL (or the agent saw
-        NODE_FAIL): the allocation's nodes that `sinfo` shows down or not responding (None: not a node failure)."""
+        """Which node failed, in words (worker/slurm/follow.py `node_failure`; None: not a node failure)."""
         assert row.backend_job_id is not None
         allocation = follow.node_fail_allocation(commands.sacct_history(self.run, row.backend_job_id))
-        if allocation is None and not seen:
-            return None
         try:
             nodes = commands.sinfo(self.run)
         except commands.SlurmError:
             nodes = []
-        return follow.node_failure_words(allocation or (row.shown.nodes if row.shown else "") or "", nodes)
+        return follow.node_failure(allocation, bool(seen), (row.shown.nodes if row.shown else None) or "", nodes)
 
     def _cancel_unfollowed(self, seen: dict[str, SlurmJob]) -> None:
         """A job cancelled while queued in Slurm after a requeue (by the API, at once): its Slurm job goes too."""

@@ -147,3 +147,15 @@ def node_fail_allocation(records: list[SlurmJob]) -> str | None:
         if base_state(record.state) == "NODE_FAIL":
             return record.nodes
     return None
+
+
+def node_failure(failed_allocation: str | None, seen: bool, ran_on: str, nodes: list[NodeState]) -> str | None:
+    """Whether a requeue followed a node failure, in words naming the node, else None. `failed_allocation`: the
+    nodes of the allocation Slurm's accounting ended NODE_FAIL (None: it says none, or accounting is off); `seen`:
+    the agent saw NODE_FAIL; `ran_on`: the nodes the attempt ran on (the row's); `nodes`: `sinfo` now. Without
+    accounting, Slurm's requeue after a node failure looks like any other (the state the agent sees is COMPLETING,
+    then PENDING): a node of the attempt's that `sinfo` shows down or not responding says it."""
+    allocation = failed_allocation or ran_on
+    if failed_allocation is not None or seen or failed_nodes(allocation, nodes):
+        return node_failure_words(allocation, nodes)
+    return None
