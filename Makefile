@@ -74,9 +74,11 @@ test: $(VENV)/.installed-test web chromium sandbox lint
 test-durations: $(VENV)/.installed-test web chromium sandbox
 	RANKZERO_WRITE_DURATIONS=tests/durations.json $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_PARALLEL)
 
-# The unit tier: no server, worker, browser or torchrun (tests/conftest.py marks those `slow`).
+# The unit tier: no server, worker, browser or torchrun (tests/conftest.py marks those `slow`); CPU-bound, so one
+# xdist worker per core (FAST_WORKERS).
+FAST_WORKERS ?= 2
 test-fast: $(VENV)/.installed-test web
-	$(BIN)/pytest -q -p no:cacheprovider -m "not slow"
+	$(BIN)/pytest -q -p no:cacheprovider -n $(FAST_WORKERS) --dist loadgroup --no-loadscope-reorder -m "not slow"
 
 bench: $(VENV)/.installed  # every figure of issue 29 in one table each, beside its baseline (bench/all.py --help)
 	$(BIN)/python bench/all.py $(BENCH_ARGS)

@@ -45,6 +45,7 @@ from worker.launch import launch, port_taken
 from worker.launch_command import Topology, free_port, memory_limit_mb
 from worker.outcome import apply
 from worker.resume_fetch import ResumeUnavailable, provide_in_spec
+from worker.sandbox_disk import RELEASE_WAIT_S, wait_released
 from worker.stop_reason import grace_s, stop_note, stop_reason
 from worker.user_paths import for_job, scrub
 from worker.wakeups import Wakeups
@@ -214,6 +215,10 @@ def supervise(a: Attempt) -> str:
         rank_watch.final(watch.ranks)  # every rank's last step and step times, on the job row
         # A host that uploads: the last of its files reach the store before the job reads ended.
         artifact_shipping.finish(a.job_id, a.number, keep_alive=_keep_alive(a))
+        # Its disk-limit filesystem (worker/sandbox_disk.py) is copied back by the sandbox's own thread: the
+        # outcome (a requeue another host may start at once, from the run dir underneath) waits for that.
+        if not wait_released(a.mark, RELEASE_WAIT_S):
+            log.error("job %s attempt %s: its filesystem was not given back in time", a.job_id, a.number)
         return _record_outcome(a, watch, ended)
     except jobs.FencedOut:
         return _fenced_out(a)
