@@ -282,7 +282,7 @@ class Agent:
             self._show(row, slurm, reading)
             self._end(row, reading, slurm)
             return None
-        return row
+        return None if step is Step.wait else row  # nothing concluded: the row keeps what it showed (its nodes)
 
     def _completing_for(self, row: rows.Row, state: str) -> float:
         """Seconds a requeued job's old allocation has been COMPLETING while the row follows that attempt."""
