@@ -11,6 +11,7 @@ from worker.slurm.commands import NodeState
 from worker.slurm.follow import (
     COMPLETING_WAIT_S,
     Step,
+    active,
     completing_words,
     expand_nodes,
     failed_nodes,
@@ -172,3 +173,9 @@ DOWN_N2 = [node("n1", "mixed"), node("n2", "down*", "Not responding")]
 def test_a_requeue_after_a_node_failure_names_the_node(failed_allocation: str | None, seen: bool, ran_on: str,
                                                        nodes: list[NodeState], words: str | None) -> None:  # fmt: skip
     assert node_failure(failed_allocation, seen, ran_on, nodes) == words
+
+
+def test_active_lists_what_slurm_still_works_on() -> None:
+    states = (("1", "PENDING"), ("2", "RUNNING"), ("3", "COMPLETING"), ("4", "CANCELLED by 0"), ("5", "COMPLETED"))
+    listed = {i: SlurmJob(i, state) for i, state in states}
+    assert active(listed) == ["1", "2", "3"]

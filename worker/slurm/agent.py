@@ -44,18 +44,7 @@ from worker.slurm.prepare import BASE_SPEC
 from worker.slurm.rank import LAUNCH_FILE
 from worker.slurm.samples import SampleTail
 from worker.slurm.script import CANCEL_MARK, BatchJob, batch_log, job_name, render
-from worker.slurm.states import (
-    INTERRUPTED_STATES,
-    PENDING_STATES,
-    RUNNING_STATES,
-    Phase,
-    Reading,
-    SlurmJob,
-    base_state,  # fmt: skip
-    read,
-    settled,
-    status_of,
-)
+from worker.slurm.states import INTERRUPTED_STATES, Phase, Reading, SlurmJob, base_state, read, settled, status_of
 from worker.tensorboard import TensorBoardTail
 
 log = logging.getLogger("rankzero.slurm")
@@ -345,8 +334,7 @@ class Agent:
 
     def _cancel_unfollowed(self, seen: dict[str, SlurmJob]) -> None:
         """A job cancelled while queued in Slurm after a requeue (by the API, at once): its Slurm job goes too."""
-        active = [i for i, j in seen.items() if base_state(j.state) in PENDING_STATES | RUNNING_STATES]
-        for job_id, slurm_id in rows.cancelled_in_slurm(self.engine, self.pool, active):
+        for job_id, slurm_id in rows.cancelled_in_slurm(self.engine, self.pool, follow.active(seen)):
             try:
                 commands.scancel(self.run, slurm_id)
                 log.info("job %s: cancelled while queued; scancel %s", job_id, slurm_id)

@@ -15,7 +15,7 @@ import re
 
 from core.tables import JobStatus
 from worker.slurm.commands import NodeState
-from worker.slurm.states import PENDING_STATES, Phase, SlurmJob, base_state
+from worker.slurm.states import PENDING_STATES, RUNNING_STATES, Phase, SlurmJob, base_state
 
 S = JobStatus
 # How long a requeued job's old allocation may stay COMPLETING before the agent names the requeue without the batch
@@ -73,6 +73,11 @@ def _waiting(state: str, phase: Phase) -> tuple[Step, ...]:
     if phase is Phase.running:
         return (Step.claim, Step.start, Step.follow)
     return (Step.reason,)
+
+
+def active(listed: dict[str, SlurmJob]) -> list[str]:
+    """The Slurm job ids of `listed` (squeue's answer) that Slurm is still working on: waiting or running."""
+    return [i for i, job in listed.items() if base_state(job.state) in PENDING_STATES | RUNNING_STATES]
 
 
 def completing_words(job: SlurmJob, first_attempt: int) -> str:
