@@ -1,6 +1,6 @@
 """The job page of a Slurm pool's job, in a real browser (seeded rows, the `new_page` fixture: no console error):
-the header names its pool, the Slurm job, its partition and nodes; under it, Slurm's state in words — for a running job and
-for one waiting in Slurm's queue."""
+the header names its pool, the Slurm job, its partition and nodes; under it, Slurm's state in words — for a running
+job and for one waiting in Slurm's queue."""
 
 from __future__ import annotations
 
