@@ -173,6 +173,16 @@ def hostspage(request: Request, settings: SettingsDep) -> Response:
     return page(request, "hosts.html", csrf, nav="hosts")
 
 
+@router.get("/webhooks", response_class=HTMLResponse)
+def webhookspage(request: Request, settings: SettingsDep) -> Response:
+    """The signed-in user's own webhooks (web/static/js/webhooks.js, issue 37 part 5); what it offers follows
+    core/permissions.py (a viewer adds none; the nav links it for the roles that may add one)."""
+    csrf = session_csrf(request, settings)
+    if csrf is None:
+        return _to_login(request)
+    return page(request, "webhooks.html", csrf, nav="webhooks")
+
+
 COMPARE_MAX_RUNS = 10  # compare.js's MAX_RUNS
 COMPARE_MAX_POINTS = 700  # compare.js's MAX_POINTS
 

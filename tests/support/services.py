@@ -268,6 +268,7 @@ def web_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebService
         "RANKZERO_HOST": "127.0.0.1",
         "RANKZERO_PORT": str(port),
         "RANKZERO_GPUS": "",
+        "RANKZERO_WEBHOOK_ALLOW_PRIVATE": "true",  # the Webhooks page's test points a hook at its loopback receiver
         "PYTHONUNBUFFERED": "1",
     }
     for key in ("RANKZERO_DATABASE_URL", "RANKZERO_BROKER_URL", "RANKZERO_RUNS_DIR"):

@@ -16,8 +16,9 @@ function answer(d) {
   return last || "gave up";
 }
 
-/** @param {NotificationPublic} d */
-function row(d) {
+/** One delivery's row (the job page's log and the Webhooks page's, web/static/js/webhooks.js).
+ * @param {NotificationPublic} d */
+export function deliveryRow(d) {
   return h("tr", { dataset: { notification: d.id, state: d.state } },
     h("td", {}, h("time", { datetime: d.at, title: d.at }, fmtClock(d.at))),
     h("td", {}, h("code", {}, d.event)),
@@ -45,5 +46,5 @@ export async function loadNotifications(jobId) {
   const pending = rows.filter((d) => d.state === "pending").length;
   const counts = [failed && `${failed} failed`, pending && `${pending} pending`].filter(Boolean).join(", ");
   setText($("#notifications-summary"), `Notifications: ${rows.length} ${rows.length === 1 ? "delivery" : "deliveries"}${counts ? ` (${counts})` : ""}`);
-  $("#notifications-body").replaceChildren(...rows.map(row));
+  $("#notifications-body").replaceChildren(...rows.map(deliveryRow));
 }
