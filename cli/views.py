@@ -189,14 +189,20 @@ def show_table(job: dict[str, Any]) -> Table:
     return table
 
 
+def queue_place(est: dict[str, Any]) -> str:
+    """A queued job's place and estimated start (REST's start_estimate), as `show` and `follow` say it:
+    '#2 in its pool, starts in ~4:10 (when job 12 ends)'."""
+    when = "start not known" if est.get("start_in_s") is None else f"starts in ~{duration(est['start_in_s'])}"
+    return f"#{est['position']} in its pool, {when} ({est['why']})"
+
+
 def placement_rows(job: dict[str, Any]) -> list[tuple[str, str]]:
     """Why a queued job waits, where a placed one runs (elastic fit in words), priority, host losses."""
     rows: list[tuple[str, str]] = []
     if job.get("status") == "queued" and job.get("pending_reason"):
         rows.append(("waiting", job["pending_reason"]))
     if est := job.get("start_estimate"):  # core/start_estimate.py
-        when = "start not known" if est.get("start_in_s") is None else f"starts in ~{duration(est['start_in_s'])}"
-        rows.append(("queue", f"#{est['position']} in its pool, {when} ({est['why']})"))
+        rows.append(("queue", queue_place(est)))
     if (spent := job.get("time_breakdown")) and spent.get("wall_s"):  # core/time_breakdown.py
         parts = ("queued", "starting", "training", "checkpointing", "lost_to_restarts", "stopped")
         shown = [f"{p.replace('_', ' ')} {duration(spent[p])}" for p in parts if spent.get(p, 0) >= 0.5]

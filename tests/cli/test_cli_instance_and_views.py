@@ -21,7 +21,7 @@ from sqlmodel import Session
 from core.db import get_engine
 from core.tables import Job
 from tests.support.commands import RANKZERO, ROOT
-from tests.support.deadlines import deadline_in
+from tests.support.deadlines import deadline_in, seconds
 from tests.support.ports import free_port
 from tests.support.rows import seed_checkpoint, seed_curves, seed_job
 
@@ -313,3 +313,80 @@ def test_jobs_sort_by_a_field_and_refuse_a_bad_key(instance, seeded) -> None:
     assert by_name_desc.index("done") < by_name_desc.index("broken")
     r = instance.cli("jobs", "--sort=speed")
     assert r.returncode == 1 and "cannot sort by 'speed'" in r.stderr, r.stderr
+
+
+def test_follow_says_a_queued_jobs_place_and_estimated_start_as_the_queue_moves(instance) -> None:
+    """Issue 38: `rankzero follow` of a queued job drew a bar at 'queued' and said nothing of when it would
+    start, though `show` and REST did. One host of 2 CPU slots, a running job that holds them (its ETA known),
+    two queued behind it: the second's place and start are printed, then printed again once the first leaves
+    the queue, until it starts and ends."""
+    import queue
+    import threading
+
+    from core import hosts
+    from core.settings import Settings
+    from core.tables import JobStatus
+
+    runs = instance.data_dir / "runs"
+    database_url = f"sqlite:///{instance.data_dir / 'rankzero.db'}"
+    box = Settings.model_validate(
+        {"data_dir": instance.data_dir, "database_url": database_url, "host_name": "est-box", "cpu_slots": 2}
+    )
+    hosts.register(box, [])
+    engine = get_engine(database_url)
+    two = {"nproc": 2, "device": "cpu", "max_runtime_s": 600}
+    with Session(engine) as db:
+        ahead = seed_job(db, "holds-both", "running", runs_dir=runs, total_steps=100, step=50, spec=two).id
+        first = seed_job(db, "queued-first", "queued", runs_dir=runs, total_steps=10, spec=two, minutes=2).id
+        second = seed_job(db, "queued-second", "queued", runs_dir=runs, total_steps=10, spec=two, minutes=1).id
+    lines: queue.Queue[str] = queue.Queue()
+    proc = subprocess.Popen([RANKZERO, "follow", str(second)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=instance.env | {"COLUMNS": "200"}, cwd=ROOT)  # fmt: skip
+    out: list[str] = []  # every line, in order (the reader is the one reader of the pipe)
+
+    def read() -> None:
+        for ln in iter(proc.stdout.readline, ""):  # type: ignore[union-attr]  (a pipe, above)
+            out.append(ln)
+            lines.put(ln)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+
+    def said(words: str) -> str:
+        deadline = deadline_in(60)
+        while True:
+            hosts.beat(box)  # the host stays alive (as its worker would keep it) however slow the machine is
+            try:
+                line = lines.get(timeout=1)
+            except queue.Empty:
+                if time.monotonic() < deadline:
+                    continue
+                raise AssertionError(f"`rankzero follow` never said {words!r}: {''.join(out)}") from None
+            if words in line:
+                return line
+
+    try:
+        line = said(f"job {second} queued: #2 in its pool")
+        # after the running job's 10 s left (its ETA) and the first's 600 s (its max_runtime_s)
+        assert re.search(rf"starts in ~10:[01]\d \(when job {first} ends\)", line), line
+        with Session(engine) as db:  # the queue moves: the first is cancelled before it starts
+            row = db.get_one(Job, first)
+            row.status = JobStatus.cancelled
+            db.add(row)
+            db.commit()
+        line = said(f"job {second} queued: #1 in its pool, starts in ~")
+        assert re.search(rf"starts in ~0:[01]\d \(when job {ahead} ends\)", line), line  # the running job's ETA
+        with Session(engine) as db:  # the worker's writes: it starts, then ends
+            for job_id in (ahead, second):
+                row = db.get_one(Job, job_id)
+                row.status, row.step, row.latest_loss = JobStatus.succeeded, 10 if job_id == second else 100, 0.5
+                db.add(row)
+            db.commit()
+        proc.wait(timeout=seconds(30))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        reader.join(timeout=10)
+    assert proc.returncode == 0, "".join(out)
+    assert f"job {second}: succeeded at step 10/10" in "".join(out), "".join(out)

@@ -323,3 +323,27 @@ def test_follow_says_once_why_a_queued_job_waits(job: dict, said: str | None, no
     from cli.follow import waiting_note
 
     assert waiting_note(job, said) == note
+
+
+EST = {"position": 2, "start_in_s": 250.0, "start_at": None, "why": "when job 12 ends"}
+
+
+@pytest.mark.parametrize(
+    ("job", "said", "note"),
+    [({"status": "queued", "start_estimate": EST}, None, "#2 in its pool, starts in ~4:10 (when job 12 ends)"),
+     ({"status": "queued", "start_estimate": {**EST, "start_in_s": 249.5}}, (2, "when job 12 ends"), None),
+     ({"status": "queued", "start_estimate": {**EST, "position": 1}}, (2, "when job 12 ends"),
+      "#1 in its pool, starts in ~4:10 (when job 12 ends)"),
+     ({"status": "queued", "start_estimate": {**EST, "start_in_s": None, "why": "after job 9"}},
+      (2, "when job 12 ends"), "#2 in its pool, start not known (after job 9)"),
+     ({"status": "queued", "start_estimate": None}, None, None),
+     ({"status": "running", "start_estimate": EST}, None, None)],
+)  # fmt: skip
+def test_follow_says_a_queued_jobs_place_when_the_queue_moves(job: dict, said: tuple | None, note: str | None) -> None:
+    """Issue 38: `rankzero follow` of a queued job said nothing of when it would start (`show` did); a line is
+    printed when its place or what it waits on changes, not as the countdown ticks, in `show`'s words."""
+    from cli.follow import queue_note
+
+    assert queue_note(job, said) == note
+    if note is not None:
+        assert note == views.queue_place(job["start_estimate"])  # the words `show` prints, not a copy
