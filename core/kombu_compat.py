@@ -169,7 +169,10 @@ def idle_interval(idle_for: float, poll_s: float) -> float:
     """Seconds between polls of the table after `idle_for` seconds without a message or wake-up."""
     if idle_for < ACTIVE_S:
         return poll_s
-    return max(poll_s, min(IDLE_MAX_S, poll_s * 2 ** ((idle_for - ACTIVE_S) / ACTIVE_S * 4)))
+    # The exponent is capped: a float's 2 ** x overflows past x = 1024, i.e. after ~43 min idle, and the
+    # OverflowError took the whole worker down ("Unrecoverable error", seen in the browser suite's service).
+    doublings = min((idle_for - ACTIVE_S) / ACTIVE_S * 4, 64.0)
+    return max(poll_s, min(IDLE_MAX_S, poll_s * 2**doublings))
 
 
 def _watch(transport: Any) -> BrokerWatch | None:

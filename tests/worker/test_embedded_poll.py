@@ -84,3 +84,10 @@ def test_poll_intervals_grow_from_fast_to_the_cap() -> None:
     assert kombu_compat.idle_interval(kombu_compat.ACTIVE_S - 0.01, fast) == fast
     steps = [kombu_compat.idle_interval(kombu_compat.ACTIVE_S + s, fast) for s in range(0, 60, 2)]
     assert steps == sorted(steps) and steps[-1] == kombu_compat.IDLE_MAX_S
+
+
+@pytest.mark.parametrize("idle_s", [2_570.0, 3_600.0, 86_400.0 * 365])
+def test_an_idle_hour_or_a_year_polls_at_the_cap_and_never_overflows(idle_s: float) -> None:
+    """2 ** x of a float overflows past x = 1024 (~43 min idle at these constants): the OverflowError ended the
+    worker ("Unrecoverable error") of a service left idle through the browser suite."""
+    assert kombu_compat.idle_interval(idle_s, 0.1) == kombu_compat.IDLE_MAX_S
