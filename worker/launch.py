@@ -172,6 +172,7 @@ def launch(  # noqa: PLR0913 (settings is optional: callers that predate it get 
             settings.sandbox_pids_max,
             settings=settings,
             disk_limit_mb=sandbox_limits.disk_limit_mb(spec.get("disk_limit_mb"), settings.job_disk_limit_mb),
+            own_disk_limit=spec.get("disk_limit_mb") is not None,
             several_nodes=topo.several,
         )
     except BaseException:

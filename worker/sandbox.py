@@ -361,10 +361,10 @@ def prepare(  # noqa: PLR0913 (keyword-only: the disk limit, whether the attempt
     settings: Settings | None = None,
     disk_limit_mb: int | None = None,
     several_nodes: bool = False,
+    own_disk_limit: bool = True,
 ) -> Prepared:
-    """The attempt's sandbox: its memory limit (`memory_limit_mb`, the spec's or the server's default, within
-    RANKZERO_JOB_MEMORY_FRACTION of the host; that fraction when None), its cgroup, its seccomp filter, and
-    for a root worker the job's ids with the files it needs made reachable to them, and its disk's filesystem."""
+    """The attempt's sandbox: its memory limit (within RANKZERO_JOB_MEMORY_FRACTION of the host), cgroup, seccomp
+    filter, a root worker's job ids, and a filesystem of its disk limit where the spec sets its own (own_disk_limit)."""
     require()
     settings = settings if settings is not None else _settings()
     bwrap = shutil.which("bwrap") or "bwrap"
@@ -373,9 +373,8 @@ def prepare(  # noqa: PLR0913 (keyword-only: the disk limit, whether the attempt
         log.warning("attempt %s: %s", mark, memory.note)
     run_as = (settings.sandbox_uid, settings.sandbox_gid) if view.as_root else None
     if run_as is not None:
-        sandbox_ids.share_for_attempt(
-            view.run_dir, (view.code_dir, view.environment_dir), view.datasets_dir, view.input_fds, *run_as
-        )
+        shared = (view.code_dir, view.environment_dir)
+        sandbox_ids.share_for_attempt(view.run_dir, shared, view.datasets_dir, view.input_fds, *run_as)
     view = replace(view, run_as=run_as, tmp_bytes=sandbox_limits.tmpfs_bytes(memory.limit_mb),
                    proc_masked=proc_masked())  # fmt: skip
     seccomp_fd = sandbox_seccomp.memfd()
@@ -390,7 +389,8 @@ def prepare(  # noqa: PLR0913 (keyword-only: the disk limit, whether the attempt
         raise
     read, write = os.pipe()  # both close-on-exec: only the sandbox (pass_fds) gets the read end
     argv = [bwrap, "--seccomp", str(seccomp_fd), *bwrap_args(view)]
-    disk = sandbox_disk.for_attempt(view.run_dir, settings.resolved_runs_dir, mark, disk_limit_mb, several_nodes)
+    runs_dir = settings.resolved_runs_dir
+    disk = sandbox_disk.for_attempt(view.run_dir, runs_dir, mark, disk_limit_mb, several_nodes, own_disk_limit)
     fsize = sandbox_limits.file_size_limit(None if disk.mounted else disk_limit_mb)  # a filesystem's ENOSPC instead
     return Prepared(mark, argv, cgroup, read, write, (seccomp_fd,), memory.limit_mb, fsize, disk)
 

@@ -50,12 +50,18 @@ class DiskMode:
     why: str  # the words the worker's log and the job's timeline show
 
 
-def decide(limit_mb: int | None, *, root: bool, several_nodes: bool, loop_devices: bool, mkfs: bool) -> DiskMode | None:
-    """Pure: how the limit holds for an attempt (None: the job has no disk limit)."""
+def decide(
+    limit_mb: int | None, *, root: bool, several_nodes: bool, loop_devices: bool, mkfs: bool, own_limit: bool = True
+) -> DiskMode | None:
+    """Pure: how the limit holds for an attempt (None: the job has no disk limit). Only a limit the job's spec
+    sets gets a filesystem: the server's default (RANKZERO_JOB_DISK_LIMIT_MB) is a backstop for every job, and a
+    filesystem per attempt costs a copy of the run dir in and out (docs/security.md)."""
     if limit_mb is None:
         return None
     reason = (
-        "the worker is not root, so it cannot mount a filesystem for the job"
+        "the job's spec sets no disk_limit_mb of its own (the server's default is checked, not a filesystem)"
+        if not own_limit
+        else "the worker is not root, so it cannot mount a filesystem for the job"
         if not root
         else "the job spans several hosts, which write to its run dir directly"
         if several_nodes
@@ -227,11 +233,14 @@ def host_summary(sandboxed: bool) -> str:
     return "disk limits: a filesystem of each job's disk_limit_mb per single-node attempt (ENOSPC at the limit)"
 
 
-def for_attempt(run_dir: Path, runs_dir: Path, mark: str, limit_mb: int | None, several_nodes: bool) -> DiskLimit:
+def for_attempt(
+    run_dir: Path, runs_dir: Path, mark: str, limit_mb: int | None, several_nodes: bool, own_limit: bool = True
+) -> DiskLimit:
     """How the attempt's disk limit holds, said to the worker's log, and its filesystem where it gets one. A
     filesystem that could not be made falls back to the sampled check, saying why."""
     loop_devices, mkfs = host_can_mount()
-    mode = decide(limit_mb, root=os.geteuid() == 0, several_nodes=several_nodes, loop_devices=loop_devices, mkfs=mkfs)
+    mode = decide(limit_mb, root=os.geteuid() == 0, several_nodes=several_nodes, loop_devices=loop_devices, mkfs=mkfs,
+                  own_limit=own_limit)  # fmt: skip
     if mode is None or limit_mb is None or mode.mode == SAMPLED:
         if mode is not None:
             log.info("attempt %s: %s", mark, mode.why)

@@ -19,20 +19,21 @@ MIB = 2**20
 
 @pytest.mark.parametrize(
     ("limit", "host", "mode", "words"),
-    [  # host: (worker is root, the attempt spans hosts, loop devices, mkfs.ext4)
-        (None, (True, False, True, True), None, None),
-        (50, (True, False, True, True), FILESYSTEM, "enforced by a filesystem"),
-        (50, (False, False, True, True), SAMPLED, "not root"),
-        (50, (True, True, True, True), SAMPLED, "several hosts"),
-        (50, (True, False, False, True), SAMPLED, "no loop devices"),
-        (50, (True, False, True, False), SAMPLED, "mkfs.ext4"),
+    [  # host: (worker is root, the attempt spans hosts, loop devices, mkfs.ext4, the spec set the limit itself)
+        (None, (True, False, True, True, True), None, None),
+        (50, (True, False, True, True, True), FILESYSTEM, "enforced by a filesystem"),
+        (50, (True, False, True, True, False), SAMPLED, "sets no disk_limit_mb of its own"),
+        (50, (False, False, True, True, True), SAMPLED, "not root"),
+        (50, (True, True, True, True, True), SAMPLED, "several hosts"),
+        (50, (True, False, False, True, True), SAMPLED, "no loop devices"),
+        (50, (True, False, True, False, True), SAMPLED, "mkfs.ext4"),
     ],
 )
 def test_how_a_disk_limit_holds(
-    limit: int | None, host: tuple[bool, bool, bool, bool], mode: str | None, words: str | None
+    limit: int | None, host: tuple[bool, bool, bool, bool, bool], mode: str | None, words: str | None
 ) -> None:
-    root, several, loop, mkfs = host
-    decided = sandbox_disk.decide(limit, root=root, several_nodes=several, loop_devices=loop, mkfs=mkfs)
+    root, several, loop, mkfs, own = host
+    decided = sandbox_disk.decide(limit, root=root, several_nodes=several, loop_devices=loop, mkfs=mkfs, own_limit=own)
     if mode is None:
         assert decided is None
         return

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-from worker import sandbox
+from worker import sandbox, sandbox_disk
 
 
 def test_the_rank_guard_dies_of_the_sigkill_its_child_died_of() -> None:
@@ -23,7 +23,7 @@ def test_the_rank_guard_dies_of_the_sigkill_its_child_died_of() -> None:
 def test_the_kernels_kills_are_remembered_after_the_sandbox_ends(monkeypatch) -> None:
     monkeypatch.setattr(sandbox, "_ended_ooms", {})
     cgroup = SimpleNamespace(kill_all=list, oom_kills=lambda: 2, remove=lambda: None)
-    live = SimpleNamespace(cgroup=cgroup, watch_write=os.open(os.devnull, os.O_WRONLY))
+    live = SimpleNamespace(cgroup=cgroup, watch_write=os.open(os.devnull, os.O_WRONLY), disk=sandbox_disk.DiskLimit())
     monkeypatch.setitem(sandbox._live, "job-7-1-abc", live)
     assert sandbox.oom_kills("job-7-1-abc") == 2  # while it runs: the cgroup's count
     ended = sandbox.end("job-7-1-abc")
