@@ -318,7 +318,7 @@ def list_jobs(  # noqa: PLR0913 (one parameter per filter)
     total = page[0][1] if page else session.exec(count).one()
     owners = owner_names(session, [job for job, _ in page])
     silent = supervision.load(session, [job for job, _ in page], settings)
-    items = [_watched(JobPublic.from_row(job, owners), silent.get(job.id or 0)) for job, _ in page]
+    items = [watched(JobPublic.from_row(job, owners), silent.get(job.id or 0)) for job, _ in page]
     if columns:
         latest = job_sort.latest_metrics(session, [item.id for item in items], columns)
         items = [item.model_copy(update={"metrics": latest.get(item.id, {})}) for item in items]
@@ -334,7 +334,7 @@ def get_job(job_id: JobId, session: ReadSessionDep, settings: SettingsDep) -> Re
     # Built from values validated already (JobPublic, TransitionPublic), so not validated again.
     silence = supervision.load(session, [job], settings).get(job_id)  # nothing watching it, said so
     fields: dict[str, Any] = {
-        **dict(_watched(JobPublic.from_row(job, owner_names(session, [job])), silence)),
+        **dict(watched(JobPublic.from_row(job, owner_names(session, [job])), silence)),
         "transitions": [TransitionPublic.from_row(r) for r in rows],
         "time_breakdown": TimeBreakdown.model_construct(**time_breakdown.load(session, job).as_dict()),
         "start_estimate": _start_estimate(session, job, settings),
@@ -345,7 +345,7 @@ def get_job(job_id: JobId, session: ReadSessionDep, settings: SettingsDep) -> Re
     return _json(detail)
 
 
-def _watched(item: JobPublic, silence: supervision.Silence | None) -> JobPublic:
+def watched(item: JobPublic, silence: supervision.Silence | None) -> JobPublic:
     """The job as read, saying so when nothing has watched it for a while (core/supervision.py)."""
     if silence is None:
         return item

@@ -23,9 +23,11 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import JobId, SessionDep, SettingsDep, job_or_404
 from api.models import CheckpointPublic, ErrorDetail, JobPublic
-from api.routes.jobs import owner_names
+from api.routes.jobs import owner_names, watched
+from core import supervision
 from core.db import get_engine
 from core.metric_rollup import EXTERNAL_SEQ_BASE
+from core.settings import Settings
 from core.tables import Checkpoint, Job
 from trainer.event_types import PROGRESS_COUNTS, PROGRESS_RATES, JobProgress
 
@@ -77,16 +79,18 @@ class _Cursor:
             self.external = external[-1][0]
         return [*rows, *external]
 
-    def poll(self, url: str, job_id: int) -> tuple[list[ServerSentEvent], bool]:
+    def poll(self, settings: Settings, job_id: int) -> tuple[list[ServerSentEvent], bool]:
         """One look at the database: the events to send and whether the job has finished."""
         events: list[ServerSentEvent] = []
-        with Session(get_engine(url)) as session:
+        with Session(get_engine(settings.resolved_database_url)) as session:
             job = session.get(Job, job_id)
             if job is None:
                 return [ServerSentEvent(json.dumps({"detail": "job deleted"}), event="end")], True
             if job.owner_id is not None and job.owner_id not in self.owners:
                 self.owners.update(owner_names(session, [job]))
-            public = JobPublic.from_row(job, self.owners)
+            # As GET /jobs/{id} reads it, silence included: a status event without it hid the page's banner.
+            silence = supervision.load(session, [job], settings).get(job_id)
+            public = watched(JobPublic.from_row(job, self.owners), silence)
             # "status" carries the whole JobPublic: send it again when anything but progress changes.
             key = json.dumps(
                 [
@@ -98,6 +102,7 @@ class _Cursor:
                     public.failed_rank,
                     str(public.started_at),
                     str(public.finished_at),
+                    public.supervisor_silence is not None,  # went silent, or heard again (not its minutes)
                 ]
             )
             if key != self.status:
@@ -178,11 +183,10 @@ async def stream_job(
         ).scalar_one()
     session.close()
     cursor = _Cursor(after_seq, after_external, checkpoint_after)
-    url = settings.resolved_database_url
 
     async def events() -> AsyncIterator[ServerSentEvent]:
         while True:
-            batch, done = await run_in_threadpool(cursor.poll, url, job_id)
+            batch, done = await run_in_threadpool(cursor.poll, settings, job_id)
             for event in batch:
                 yield event
             if done or await request.is_disconnected():

@@ -17,7 +17,7 @@ from api.models_sweeps import SweepDetail, SweepPage, SweepPublic
 from api.routes.jobs import check_priority_ceiling
 from core import audit, jobs, quota_gate
 from core.artifacts import keys
-from core.resume import longer_script_spec, resume_spec
+from core.resume import extend_refusal, longer_script_spec, resume_spec
 from core.settings import Settings
 from core.sweeps import store
 from core.sweeps.space import SweepSpec, _probe_points, trial_spec
@@ -179,6 +179,9 @@ def extend_best(
     queued quota."""
     row = _sweep_or_404(session, sweep_id)
     _may_change(who, row, "sweep.extend")
+    refusal = extend_refusal(SweepSpec.model_validate(row.spec).job)
+    if refusal is not None:  # the template's own reason first: it holds whatever its trials have done
+        raise HTTPException(status.HTTP_409_CONFLICT, f"the best trial cannot be trained longer: {refusal}")
     head = SweepPublic.of(row, [v for _, _, v in store.trials(session, row)])
     if head.best_job_id is None:
         raise HTTPException(status.HTTP_409_CONFLICT, f"sweep {sweep_id} has no finished trial with its metric yet")

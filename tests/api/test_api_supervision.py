@@ -5,6 +5,7 @@ job names its agent."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -109,3 +110,31 @@ def test_a_running_job_whose_hosts_heartbeat_is_old_says_nothing_watches_it(
     assert agent.startswith("nothing has watched this job for 2 min: the Slurm agent of pool cluster was last seen at")
     listed = {j["name"]: j["supervisor_silence"] for j in client.get("/api/jobs").json()["items"]}
     assert listed["frozen"] == shown["supervisor_silence"] and listed["watched"] is None
+
+
+def test_the_streams_status_event_says_so_too_and_again_when_the_host_is_heard(
+    make_job, db: Session, settings: Settings
+) -> None:
+    """The job page merges each `status` event into what it shows: one without the silence hid the banner."""
+    from api.routes.stream import _Cursor
+    from core.metric_rollup import EXTERNAL_SEQ_BASE
+
+    old = datetime.now(timezone.utc) - timedelta(seconds=silent_after_s(settings) + 120)
+    host = Host(name="quiet", address="quiet", pool="rankzero", gpus=[], cpu_slots=2, storage_id="s", heartbeat_at=old)
+    db.add(host)
+    frozen = make_job(name="frozen", status=S.running, worker_host="quiet")
+    db.commit()
+    cursor = _Cursor(-1, EXTERNAL_SEQ_BASE - 1, 0)
+
+    def statuses() -> list[dict]:
+        events, _ = cursor.poll(settings, frozen.id)
+        return [json.loads(e.data) for e in events if e.event == "status"]
+
+    (first,) = statuses()
+    assert first["supervisor_silence"].startswith("nothing has watched this job for 2 min: the worker on host quiet")
+    assert statuses() == []  # nothing changed: no second status event
+    host.heartbeat_at = datetime.now(timezone.utc)
+    db.add(host)
+    db.commit()
+    (heard,) = statuses()
+    assert heard["supervisor_silence"] is None and heard["status"] == "running"

@@ -36,7 +36,8 @@ def test_the_test_packages_are_not_the_services() -> None:
 
 
 def test_built_once_then_cached_and_shared_by_concurrent_jobs(env_settings, engine, new_job, tmp_path) -> None:
-    settings = env_settings()
+    # Its own cache: the session's may already hold this set from another test on this xdist worker.
+    settings = env_settings(environment_dir=tmp_path / "environments")
     spec = _spec(PACKAGE)
     ids = [new_job(spec.model_dump(mode="json")) for _ in range(2)]
     got: dict[int, object] = {}

@@ -12,6 +12,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from tests.support import deadlines
+
 TOKEN = "sec-test-token-6b1f0c2e9d4a7358-kq3vXyZ8wLpR"  # 45 characters
 
 
@@ -39,7 +41,7 @@ class Server:
 
 def sign_in(server: Server) -> httpx.Client:
     """A client holding a dashboard session (cookie + CSRF cookie), as a browser would after /login."""
-    client = httpx.Client(base_url=server.base, timeout=10)
+    client = httpx.Client(base_url=server.base, timeout=deadlines.seconds(10))  # a loaded machine answers late
     r = client.post("/login", data={"token": server.token, "next": "/"}, follow_redirects=False)
     assert r.status_code == 303, r.text
     assert client.cookies.get("rankzero_session"), r.headers
