@@ -126,11 +126,12 @@ class Ingestor:
 
     def _step_from_metrics(self, batch: Batch) -> None:
         """Without `progress` events (ever, in this ingestor's life), the job's step is its metrics' newest:
-        `rankzero.progress`, else `rankzero.log`, else TensorBoard (else the console feed's counter)."""
+        `rankzero.progress`, else `rankzero.log`, else TensorBoard (else the console feed's counter); or its
+        newest checkpoint's, when that is further (a script that only saves checkpoints reports its step)."""
         self.progress_reported = self.progress_reported or batch.progress_reported
         if self.progress_reported or "step" in batch.progress:
             return
-        step = step_from_metrics(batch.max_step)
+        step = _reported_step(batch)
         if step is not None and step > self.metric_step:
             batch.progress["step"] = step
 
@@ -143,7 +144,7 @@ class Ingestor:
         """A batch committed: keep what it learnt, and say on the job's timeline when the caps dropped points."""
         self.max_step = batch.max_step
         self.counts = batch.counts
-        self.metric_step = max(self.metric_step, step_from_metrics(batch.max_step) or 0)
+        self.metric_step = max(self.metric_step, _reported_step(batch) or 0)
         self.seen.points += len(batch.points)
         self._note_dropped()
 
@@ -241,3 +242,10 @@ class Ingestor:
         gone = [cid for cid, path in rows if not (self.run_root / path).is_file()]
         if gone:
             conn.execute(delete(Checkpoint).where(Checkpoint.id.in_(gone)))  # type: ignore[attr-defined]
+
+
+def _reported_step(batch: Batch) -> int | None:
+    """The furthest step a batch's own series or checkpoints name (None: neither names one)."""
+    named = (step_from_metrics(batch.max_step), *(c["step"] for c in batch.ckpts))
+    steps = [step for step in named if step is not None]
+    return max(steps) if steps else None

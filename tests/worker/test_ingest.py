@@ -118,3 +118,35 @@ def test_system_samples_keyed_by_unix_milliseconds_fold_on_every_database(databa
     with Session(engine) as s:
         steps = s.execute(select(MetricPoint.step).where(MetricPoint.job_id == job_id)).scalars().all()
     assert sorted(steps) == [sample_key(now + i) for i in range(5)]
+
+
+def _checkpoint(seq: int, step: int) -> dict:
+    return {"seq": seq, "time": 1.0, "type": "checkpoint", "step": step, "epoch": 0,
+            "path": f"checkpoints/step_{step:08d}.pt", "bytes": 1, "sha256": "ab"}  # fmt: skip
+
+
+def test_a_script_that_only_saves_checkpoints_reports_their_step_and_progress_still_wins(database_url):
+    """Issue 35: a script job whose checkpoints carry a step read "Steps: not reported"; its newest checkpoint's
+    step is its step when nothing else says one, never moving back, and a `progress` event still decides."""
+    from worker.ingest import Ingestor
+
+    engine = get_engine(database_url)
+
+    def step_of(job_id: int) -> int:
+        with Session(engine) as s:
+            job = s.get(Job, job_id)
+            assert job is not None
+            return job.step
+
+    quiet = _job(database_url)
+    ingestor = Ingestor(engine, quiet)
+    ingestor.ingest([_checkpoint(0, 40)])
+    assert step_of(quiet) == 40
+    ingestor.ingest([_checkpoint(1, 80), {"seq": 2, "time": 1.0, "type": "metric", "step": 60, "name": "loss",
+                                          "value": 0.5}])  # fmt: skip
+    assert step_of(quiet) == 80  # a series behind the checkpoint does not pull it back
+    assert Ingestor(engine, quiet).metric_step <= 80  # a restarted worker starts from what the rows say
+
+    reporting = _job(database_url)
+    Ingestor(engine, reporting).ingest([*_events(0, range(1, 4)), _checkpoint(10, 90)])
+    assert step_of(reporting) == 3  # its own progress events are the truth
