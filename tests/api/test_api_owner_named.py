@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 
 from core.settings import Settings
 from core.tables import JobStatus
+from tests.support import deadlines
 
 
 def test_cancel_priority_and_replay_name_the_owner(client: TestClient, spec: dict) -> None:
@@ -30,7 +31,9 @@ def test_the_streams_status_event_names_the_owner(live_api, settings: Settings, 
     base = live_api(settings)
     job = make_job(status=JobStatus.succeeded, owner_id=1)  # the first admin (the server token's user)
     statuses = []
-    with httpx.stream("GET", f"{base}/api/jobs/{job.id}/stream", headers=auth_headers, timeout=15) as r:
+    with httpx.stream(
+        "GET", f"{base}/api/jobs/{job.id}/stream", headers=auth_headers, timeout=deadlines.seconds(15)
+    ) as r:
         event = None
         for line in r.iter_lines():
             if line.startswith("event:"):

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support import deadlines
 from tests.support.ports import free_port
 from tests.support.procs import alive, end_everything, new_marker, processes
 
@@ -61,7 +62,7 @@ def test_detached_instance_stops_cleanly(tmp_path: Path) -> None:
         assert "rankzero down" in up.stdout
         pid = int(pid_file.read_text())
         assert alive(pid)
-        assert httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=10).status_code == 200
+        assert httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=deadlines.seconds(10)).status_code == 200
         again = subprocess.run([RANKZERO, "up", "--detach"], env=env, capture_output=True, text=True, timeout=60)
         assert again.returncode != 0 and "already running" in again.stdout + again.stderr
 

@@ -19,6 +19,7 @@ from api.observability.collector import cumulative_buckets, families
 from api.observability.request_timing import route_label, status_class
 from api.observability.snapshot import RunningJob, Snapshot
 from core.tables import Host, JobStatus, SchedulerLease, utcnow
+from tests.support import deadlines
 from tests.support.ports import free_port
 
 S = JobStatus
@@ -123,7 +124,7 @@ def test_scrape_listener_needs_no_token_and_the_api_port_still_does(live_api, ap
     port = free_port()
     base = live_api(api_settings(metrics_address=f"127.0.0.1:{port}"))
     assert httpx.get(f"{base}/metrics").status_code == 401
-    r = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
+    r = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=deadlines.seconds(10))
     assert r.status_code == 200
     assert value(scrape(r.text), "rankzero_database_up") == 1
 

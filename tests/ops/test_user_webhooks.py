@@ -28,6 +28,7 @@ from core.sweeps import store
 from core.sweeps.space import SweepSpec
 from core.tables import JobStatus
 from tests.ops.receiver import Receiver
+from tests.support import deadlines
 from tests.support.commands import RANKZERO
 from tests.support.jobs import fake_spec
 from tests.support.rows import insert_job
@@ -64,7 +65,7 @@ class Team:
     def deliver(self) -> None:
         """Sender passes until nothing is left to send now (every try answered at once)."""
         engine = get_engine(self.settings.resolved_database_url)
-        with httpx.Client(timeout=10) as client:
+        with httpx.Client(timeout=deadlines.seconds(10)) as client:
             for _ in range(5):
                 if notify_sender.run_pass(engine, self.settings, client) == 0:
                     return

@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.client_limits import FailureWindow
+from tests.support import deadlines
 from tests.support.attack import TOKEN, Server
 from tests.support.jobs import fake_spec, wait
 
@@ -68,7 +69,7 @@ def test_wrong_tokens_in_the_sign_in_form_are_throttled(api_settings) -> None:
 
 def test_live_update_streams_are_capped_per_client(start_server) -> None:
     server: Server = start_server(max_streams_per_client=2)
-    with httpx.Client(base_url=server.base, headers=server.auth, timeout=10) as http:
+    with httpx.Client(base_url=server.base, headers=server.auth, timeout=deadlines.seconds(10)) as http:
         job = http.post("/api/jobs", json=fake_spec("streamed")).json()  # no worker: it stays queued
         url = f"/api/jobs/{job['id']}/stream"
         with contextlib.ExitStack() as streams:

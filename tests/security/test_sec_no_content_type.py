@@ -10,6 +10,7 @@ import time
 
 import httpx
 
+from tests.support import deadlines
 from tests.support.attack import Server
 
 BODIES = {
@@ -24,7 +25,7 @@ CONTENT_TYPES = [None, "TEXT/PLAIN", "application/x-www-form-urlencoded", "Appli
 
 
 def _operations(server: Server) -> list[tuple[str, str]]:
-    schema = httpx.get(f"{server.base}/openapi.json", timeout=10).json()
+    schema = httpx.get(f"{server.base}/openapi.json", timeout=deadlines.seconds(10)).json()
     ops = []
     for path, item in schema["paths"].items():
         concrete = path.replace("{job_id}", "1").replace("{checkpoint_id}", "1").replace("{sha256}", "0" * 64)
@@ -36,7 +37,7 @@ def test_bodies_without_or_with_wrong_content_types_never_fail_the_server(server
     ops = _operations(server)
     assert ("POST", "/api/jobs") in ops and ("POST", "/api/code") in ops, ops
     slowest = 0.0
-    with httpx.Client(base_url=server.base, timeout=10) as client:
+    with httpx.Client(base_url=server.base, timeout=deadlines.seconds(10)) as client:
         for method, path in ops:
             for auth in ({}, server.auth):
                 for ctype in CONTENT_TYPES:

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from core.users import Principal
+from tests.support import deadlines
 from tests.support.attack import Server
 from tests.support.jobs import DIGITS_SPEC
 
@@ -46,7 +47,12 @@ def test_the_job_owning_a_resume_checkpoint_at_any_depth(path: str, owner: int |
 
 
 def _user(server: Server, name: str, role: str = "member") -> httpx.Client:
-    r = httpx.post(f"{server.base}/api/users", json={"name": name, "role": role}, headers=server.auth, timeout=10)
+    r = httpx.post(
+        f"{server.base}/api/users",
+        json={"name": name, "role": role},
+        headers=server.auth,
+        timeout=deadlines.seconds(10),
+    )
     assert r.status_code == 201, r.text
     token = r.json()["token"]["token"]
     return httpx.Client(base_url=f"{server.base}/api", headers={"Authorization": f"Bearer {token}"}, timeout=30)

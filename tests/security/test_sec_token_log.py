@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.support import deadlines
 from tests.support.commands import RANKZERO
 from tests.support.ports import free_port
 from tests.support.services import wait_api_healthy
@@ -32,9 +33,17 @@ def test_the_server_token_is_not_in_the_apis_log(tmp_path: Path) -> None:
                                 start_new_session=True)  # fmt: skip
     try:
         wait_api_healthy(f"http://127.0.0.1:{port}", [proc], log_path, 90)
-        me = httpx.get(f"http://127.0.0.1:{port}/api/me", headers={"Authorization": f"Bearer {token}"}, timeout=10)
+        me = httpx.get(
+            f"http://127.0.0.1:{port}/api/me",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=deadlines.seconds(10),
+        )
         assert me.status_code == 200, me.text
-        httpx.get(f"http://127.0.0.1:{port}/api/me", headers={"Authorization": f"Bearer {token}x"}, timeout=10)
+        httpx.get(
+            f"http://127.0.0.1:{port}/api/me",
+            headers={"Authorization": f"Bearer {token}x"},
+            timeout=deadlines.seconds(10),
+        )
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)

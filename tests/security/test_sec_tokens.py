@@ -19,6 +19,7 @@ from itsdangerous import URLSafeTimedSerializer
 from pydantic import ValidationError
 
 from core.settings import Settings
+from tests.support import deadlines
 from tests.support.attack import TOKEN, sign_in
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,18 +59,18 @@ def test_public_bind_with_a_weak_token_does_not_start(tmp_path: Path, token: str
 def test_a_cookie_signed_with_the_token_is_not_a_session(server) -> None:
     for secret in (TOKEN, ""):
         forged = URLSafeTimedSerializer(secret_key=secret, salt="rankzero-session").dumps({"csrf": "x"})
-        r = httpx.get(f"{server.base}/api/jobs", cookies={"rankzero_session": forged}, timeout=10)
+        r = httpx.get(f"{server.base}/api/jobs", cookies={"rankzero_session": forged}, timeout=deadlines.seconds(10))
         assert r.status_code == 401, (secret, r.status_code)
 
 
 def test_sign_out_revokes_a_copied_cookie(server) -> None:
     browser = sign_in(server)
     stolen = dict(browser.cookies)
-    assert httpx.get(f"{server.base}/api/jobs", cookies=stolen, timeout=10).status_code == 200
+    assert httpx.get(f"{server.base}/api/jobs", cookies=stolen, timeout=deadlines.seconds(10)).status_code == 200
     r = browser.post("/logout", data={"csrf": browser.cookies["rankzero_csrf"]}, headers={"Origin": server.base})
     assert r.status_code == 303
     browser.close()
-    r = httpx.get(f"{server.base}/api/jobs", cookies=stolen, timeout=10)
+    r = httpx.get(f"{server.base}/api/jobs", cookies=stolen, timeout=deadlines.seconds(10))
     assert r.status_code == 401, "a cookie copied before sign-out still works"
     with closing(sign_in(server)) as again:  # signing in again works
         assert again.get("/api/jobs").status_code == 200
@@ -77,7 +78,7 @@ def test_sign_out_revokes_a_copied_cookie(server) -> None:
 
 def test_sessions_last_12_hours_by_default(server, tmp_path: Path) -> None:
     assert Settings(data_dir=tmp_path).session_max_age_s == 12 * 3600
-    r = httpx.post(f"{server.base}/login", data={"token": server.token}, timeout=10)
+    r = httpx.post(f"{server.base}/login", data={"token": server.token}, timeout=deadlines.seconds(10))
     cookies = [v for k, v in r.headers.multi_items() if k == "set-cookie"]
     session = next(c for c in cookies if c.startswith("rankzero_session="))
     assert (

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support import deadlines
 from tests.support.commands import ROOT
 from tests.support.services import WebService
 
@@ -115,7 +116,9 @@ def _signed_in_state(browser, web_service: WebService) -> dict:
 
 def _still_signed_in(web_service: WebService, state: dict) -> bool:
     cookies = {c["name"]: c["value"] for c in state["cookies"]}
-    with httpx.Client(base_url=web_service.base, cookies=cookies, follow_redirects=False, timeout=10) as client:
+    with httpx.Client(
+        base_url=web_service.base, cookies=cookies, follow_redirects=False, timeout=deadlines.seconds(10)
+    ) as client:
         return client.get("/api/jobs").status_code == 200
 
 
