@@ -15,6 +15,7 @@ Stuck: when the stall watchdog fires (worker/stop_reason.py), the rank(s) to bla
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +25,9 @@ STRAGGLER_THRESHOLD = 1.25  # a rank this much slower than the median rank is na
 # Frames of a rank that waits for its peers (py-spy's "name (file:line)" lines): torch.distributed's
 # collectives, DDP's own syncs, and autograd's engine (DDP all-reduces gradients inside backward).
 COLLECTIVE_FRAMES = ("torch/distributed/", "torch/nn/parallel/distributed.py", "torch/autograd/graph.py")
+# A rank still starting: joining its peers (init_process_group, its rendezvous) or importing (torch.distributed's
+# own modules among them). Its wait is a start-up's, not a collective's that never completes.
+STARTING_FRAMES = ("init_process_group (", "torch/distributed/rendezvous.py", "<frozen importlib._bootstrap")
 
 
 def _number(value: object) -> float | None:
@@ -164,8 +168,15 @@ def stuck_ranks(ranks: Mapping[int, RankSeen], world_size: int) -> Stuck:
 
 
 def waits_in_collective(stack: str) -> bool:
-    """Does a py-spy dump show its main thread waiting for peers (a collective, DDP's backward sync)?"""
-    return any(frame in line for line in _main_thread(stack) for frame in COLLECTIVE_FRAMES)
+    """Does a py-spy dump show its main thread waiting for peers (a collective, DDP's backward sync)? Not while
+    it is still starting (STARTING_FRAMES)."""
+    main = [line.strip() for line in _main_thread(stack) if line.strip()]
+    if any(frame in line for line in main for frame in STARTING_FRAMES):
+        return False
+    # Only the innermost frames, torch's own, say where it waits: torchrun's @record wrapper
+    # (torch/distributed/elastic/...) sits at the bottom of every built-in rank's stack, whatever it does.
+    waits_in = itertools.takewhile(lambda line: "torch/" in line, main)
+    return any(frame in line for line in waits_in for frame in COLLECTIVE_FRAMES)
 
 
 def _main_thread(stack: str) -> list[str]:
