@@ -60,6 +60,7 @@ LAUNCHES_PROCESSES = (
     "tests/security/test_sec_files.py",
     "tests/security/test_sec_tokens.py::test_public_bind_",
     "tests/security/test_sec_connections.py",
+    "tests/security/test_sec_token_log.py",  # `rankzero api`, to read what it logs
     "tests/api/test_api_sqlite_contention.py",
     "tests/api/test_api_migrations_and_fuzz.py",
     # These start the CLI, uv, bash, docker compose or a sandboxed job in a subprocess (issue 40: the unit

@@ -31,7 +31,8 @@ class Receiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook/secret-path"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # A short poll: `close` (shutdown) waits for the loop to look, 0.5 s a receiver by default.
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
         self.thread.start()
 
     def close(self) -> None:
