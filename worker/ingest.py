@@ -67,6 +67,7 @@ class Ingestor:
         with Session(engine) as s:
             job = s.get(Job, job_id)
             self.ingested_seq = job.ingested_seq if job else -1
+            row_step = job.step if job else 0
             rows = s.execute(
                 select(col(MetricPoint.name), func.max(col(MetricPoint.step)), func.count())
                 .where(col(MetricPoint.job_id) == job_id)
@@ -74,7 +75,8 @@ class Ingestor:
             ).all()
         self.max_step: dict[str, int] = {name: int(step) for name, step, _ in rows}
         self.progress_reported = False  # see `_step_from_metrics`
-        self.metric_step = step_from_metrics(self.max_step) or 0  # the step the metrics gave last
+        # The step the metrics (or checkpoints) gave last: never below the row's, which a checkpoint may have set.
+        self.metric_step = max(step_from_metrics(self.max_step) or 0, row_step)
         self.counts: dict[str, int] = {name: int(n) for name, _, n in rows}
         mark = "%s" if engine.dialect.name == "postgresql" else "?"
         self._insert_sql = (

@@ -47,9 +47,8 @@ def api_settings(tmp_path: Path, sqlite_url: str, migrated_sqlite: Path) -> Call
     from core.settings import Settings
 
     def make(database_url: str | None = None, **overrides: Any) -> Settings:
-        default = overrides.get("database_url", database_url) in (None, sqlite_url)
         file = Path(sqlite_url.removeprefix("sqlite:///"))
-        if default and not file.exists():
+        if database_url in (None, sqlite_url) and not file.exists():
             _copy_database(migrated_sqlite, file)
         values: dict[str, Any] = {
             "data_dir": tmp_path / "data",
