@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTHON ?= python3
 
-.PHONY: up test test-fast test-durations lint web web-types chromium bench clean
+.PHONY: up test test-machine test-fast test-durations lint web web-types chromium bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -67,8 +67,16 @@ TEST_WORKERS ?= 4
 PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --timeout=900
 export RANKZERO_TEST_DEADLINE_SCALE ?= 3
 
-test: $(VENV)/.installed-test web chromium sandbox lint
-	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) --durations=25
+test: test-machine $(VENV)/.installed-test web chromium sandbox lint
+	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) --durations=25; status=$$?; \
+	$(PYTHON) -m tests.machine stop; exit $$status
+
+# First, with the machine's python3: the Debian packages the suite needs (one apt run), then the Docker set-up
+# and the project's image started in the background, so they overlap the venv install and the lint
+# (tests/machine.py; the deploy tests wait for it). After the suite, `stop` ends the daemon if it started one.
+test-machine:
+	$(PYTHON) -m tests.machine install
+	$(PYTHON) -m tests.machine start
 
 # Re-measure tests/durations.json (what starts first) from a whole run; commit the file it writes.
 test-durations: $(VENV)/.installed-test web chromium sandbox

@@ -20,11 +20,12 @@ from tests.support.parallel import folder_table, order_units, work_group
         ("tests/web/test_slurm.py::test_x", None, {"slurm_cluster": "session", "m": "module"}, "slurm"),
         ("tests/web/test_slurm.py::test_x", "mine", {"slurm_cluster": "session"}, "slurm"),
         ("tests/slurm/test_states.py::test_x", None, {}, "slurm"),
-        # One Docker daemon: its folder is one group.
-        ("tests/deploy/test_d.py::test_x", None, {}, "docker"),
-        ("tests/test_compose.py::test_x", None, {}, "docker"),
+        # One compose stack on one Docker daemon: its file is one group; the folder's other files are not.
+        ("tests/deploy/test_compose_stack.py::test_x", None, {}, "docker"),
+        ("tests/deploy/test_compose_stack.py::test_x", "mine", {"m": "module"}, "docker"),
+        ("tests/deploy/test_deploy_parts.py::test_x", None, {}, None),
+        ("tests/test_compose.py::test_x", None, {}, None),
         # Otherwise a test's own mark wins.
-        ("tests/deploy/test_d.py::test_x", "mine", {"m": "module"}, "docker"),
         ("tests/api/test_a.py::test_x", "mine", {"m": "module"}, "mine"),
     ],
 )

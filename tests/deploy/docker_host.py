@@ -38,6 +38,8 @@ BASES = {
     "redis:7.4-alpine": "redis",
 }
 # Debian's apt refuses index files whose Valid-Until passed when the clock is off; harmless elsewhere.
+# Another apt run (`make test`'s own, tests/machine.py) may hold dpkg's lock: wait for it rather than fail.
+APT_GET = ["apt-get", "-o", "DPkg::Lock::Timeout=600"]
 APT_CONF = 'Acquire::Check-Valid-Until "false";\nAcquire::Check-Date "false";\n'
 
 
@@ -57,8 +59,26 @@ def _install_packages() -> None:
         missing.append("docker.io")
     if missing:
         env = os.environ | {"DEBIAN_FRONTEND": "noninteractive"}
-        run(["apt-get", "update", "-qq"], env=env, capture_output=True)
-        run(["apt-get", "install", "-y", "-qq", *missing], env=env, capture_output=True, timeout=900)
+        run([*APT_GET, "update", "-qq"], env=env, capture_output=True)
+        run([*APT_GET, "install", "-y", "-qq", *missing], env=env, capture_output=True, timeout=900)
+
+
+def start_daemon() -> int:
+    """Start dockerd with no bridge and no iptables rules (containers use host networking), detached, and
+    wait until it answers; its pid."""
+    log = tempfile.NamedTemporaryFile(prefix="rankzero-dockerd-", suffix=".log", delete=False)  # noqa: SIM115 (open while dockerd runs)
+    proc = subprocess.Popen(
+        ["dockerd", "--bridge=none", "--iptables=false", "--ip6tables=false"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    log.close()  # dockerd has its own copy
+    for _ in range(120):
+        if engine_answers():
+            return proc.pid
+        if proc.poll() is not None:
+            raise RuntimeError(f"dockerd exited with {proc.returncode}; see {log.name}")
+        time.sleep(0.5)
+    raise RuntimeError(f"dockerd did not answer within 60 s; see {log.name}")
 
 
 def ensure_engine() -> Callable[[], None]:
@@ -66,28 +86,18 @@ def ensure_engine() -> Callable[[], None]:
     _install_packages()
     if engine_answers():
         return lambda: None
-    log = tempfile.NamedTemporaryFile(prefix="rankzero-dockerd-", suffix=".log", delete=False)  # noqa: SIM115 (open while dockerd runs)
-    proc = subprocess.Popen(
-        ["dockerd", "--bridge=none", "--iptables=false", "--ip6tables=false"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    for _ in range(120):
-        if engine_answers():
-            break
-        if proc.poll() is not None:
-            raise RuntimeError(f"dockerd exited with {proc.returncode}; see {log.name}")
-        time.sleep(0.5)
-    else:
-        raise RuntimeError(f"dockerd did not answer within 60 s; see {log.name}")
+    pid = start_daemon()
 
     def stop() -> None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        log.close()
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(600):
+            try:
+                os.waitpid(pid, os.WNOHANG)  # our child: reap it
+                os.kill(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                return
+            time.sleep(0.1)
+        os.kill(pid, signal.SIGKILL)
 
     return stop
 

@@ -17,7 +17,7 @@ from tests.support import deadlines
 from tests.support.ports import free_port
 from tests.support.procs import alive, end_everything, new_marker, processes
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("docker")]  # the folder runs in one xdist worker
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 RANKZERO = str(Path(sys.executable).with_name("rankzero"))

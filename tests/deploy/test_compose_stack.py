@@ -10,7 +10,9 @@ first. And the worker refuses to start, naming the setting, where one of the thr
 
 Docker, its daemon and the stand-in base images come from tests/deploy/docker_host.py. The project's
 image is built once per set of inputs (image_cache.py: `rankzero:in-<hash>`); a run that finds its tag
-skips the build. Only this test's compose project (its containers and volumes) is removed afterwards.
+skips the build. `make test` starts that set-up (and the image's `docker compose build`) in the background
+before pytest (tests/machine.py); the fixture waits for it to end, then does what is left, if anything.
+Only this test's compose project (its containers and volumes) is removed afterwards.
 Durations go to stdout (`pytest -s`) and test-output/deploy_timings.json.
 """
 
@@ -30,6 +32,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests import machine
 from tests.deploy import compose_v2, docker_host, image_cache
 from tests.support.jobs import assert_same_weights, wait
 from tests.support.ports import free_port
@@ -122,6 +125,8 @@ def timings() -> Iterator[dict[str, float]]:
 @pytest.fixture(scope="module")
 def stack(timings: dict[str, float]) -> Iterator[Stack]:
     t0 = time.monotonic()
+    machine.wait_for_start()  # `make test` builds the image in the background before pytest starts
+    timings["waited_for_the_background_build_s"] = round(time.monotonic() - t0, 1)
     stop_engine = docker_host.ensure_engine()
     docker_config = compose_v2.install()
     assert compose_v2.version(docker_config) == compose_v2.VERSION

@@ -15,8 +15,6 @@ from tests.deploy import image_cache
 from worker import sandbox_diagnose as diagnose
 from worker.host_address import address_problem
 
-pytestmark = pytest.mark.xdist_group("docker")  # the folder's modules run in one xdist worker
-
 ROOT = Path(__file__).resolve().parents[2]
 SANDBOX_CALLS = {"clone", "unshare", "mount", "umount2", "pivot_root"}
 

@@ -23,6 +23,7 @@ from tests.support.ports import free_port
 
 PACKAGES = ("slurm-wlm", "munge")
 NODES = ("n1", "n2", "n3")
+APT_GET = ["apt-get", "-o", "DPkg::Lock::Timeout=600"]  # waits for another apt run's lock
 NEEDED = ("slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo", "munged")
 
 CONF = """\
@@ -80,10 +81,10 @@ def install_reason() -> str | None:
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         return "slurm-wlm is not installed and apt-get cannot install it here (not root, or no apt-get)"
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    cmd = ["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES]
+    cmd = [*APT_GET, "install", "-y", "--no-install-recommends", *PACKAGES]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
     if done.returncode != 0:
-        subprocess.run(["apt-get", "update"], env=env, capture_output=True, timeout=300, check=False)
+        subprocess.run([*APT_GET, "update"], env=env, capture_output=True, timeout=300, check=False)
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
     if done.returncode != 0:
         return f"apt-get could not install {' '.join(PACKAGES)}: {done.stderr.strip()[-400:]}"

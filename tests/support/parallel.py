@@ -7,8 +7,8 @@ side is what keeps `.ci/run` inside its budget. Three decisions, each a pure fun
   neighbours runs on the same worker as they do, or that fixture would be built again on every worker and the
   tests written against its state would see a fresh one. A module- or class-scoped fixture keeps its module
   together; a stateful session fixture that must exist once (`SHARED_SESSION_FIXTURES`: the Slurm cluster)
-  keeps every test using it together; a folder whose tests share one outside resource (`SHARED_FOLDERS`: the
-  Docker daemon, the Slurm cluster) is one group. Those two rules come before a test's own `xdist_group`
+  keeps every test using it together; a file or folder whose tests share one outside resource (`SHARED_FOLDERS`:
+  the Docker stack, the Slurm cluster) is one group. Those two rules come before a test's own `xdist_group`
   mark. Every other test is a unit of its own and goes to whichever worker is free.
 - **What starts first** (`order_units`): the longest units first, by the durations measured on an earlier
   run (tests/durations.json, written by `make test-durations`), so the longest group never starts last.
@@ -38,9 +38,9 @@ GROUPS_ENV = "RANKZERO_TEST_GROUPS_FILE"  # the workers' decisions, for the cont
 # Session fixtures that hold state the tests using them were written against, and that cost too much to build
 # on every worker: the tests that use them form one group (named after the fixture).
 SHARED_SESSION_FIXTURES = {"slurm_cluster": "slurm"}
-# Folders whose tests share a resource of the machine that exists once (a Docker daemon and its images; the
-# Slurm cluster).
-SHARED_FOLDERS = {"tests/deploy/": "docker", "tests/test_compose.py": "docker", "tests/slurm/": "slurm"}
+# Files or folders whose tests share a resource of the machine that exists once (the Docker daemon's compose
+# stack; the Slurm cluster). The deploy folder's other modules need no daemon and run anywhere.
+SHARED_FOLDERS = {"tests/deploy/test_compose_stack.py": "docker", "tests/slurm/": "slurm"}
 WIDE_SCOPES = frozenset({"module", "class", "package"})
 # A test never timed before counts as this many seconds (slow tier) or this many (unit tier).
 UNKNOWN_SLOW_S = 20.0
@@ -213,11 +213,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 _SECONDS: dict[str, float] = defaultdict(float)
+_BUSY: dict[str, float] = defaultdict(float)  # per xdist worker: the seconds its tests took (balance)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     # On the controller (or a run without xdist): every phase of every test, whichever worker ran it.
     _SECONDS[report.nodeid] += float(report.duration)
+    node = getattr(report, "node", None)
+    _BUSY[str(getattr(getattr(node, "gateway", None), "id", "main"))] += float(report.duration)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
@@ -227,6 +230,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     terminalreporter.write_sep("=", "seconds per folder (summed over tests; workers run side by side)")
     for folder, count, seconds in rows:
         terminalreporter.write_line(f"{folder:<28} {count:>5} tests {seconds:>9.1f} s")
+    if len(_BUSY) > 1:  # the run lasts as long as its busiest worker
+        busy = ", ".join(f"{worker} {seconds:.0f} s" for worker, seconds in sorted(_BUSY.items()))
+        terminalreporter.write_line(f"seconds per worker: {busy}")
     target = os.environ.get(WRITE_DURATIONS_ENV)
     if target:
         Path(target).write_text(json.dumps({k: round(v, 2) for k, v in sorted(_SECONDS.items())}, indent=0) + "\n")
