@@ -115,6 +115,7 @@ def docker(lock_fd: int) -> int:
             files = ["-f", "docker-compose.yml", "-f", "tests/deploy/override.yml"]
             cmd = ["docker", "compose", *files, "-p", "rzprepare", "build", "migrate"]
             subprocess.run(cmd, cwd=ROOT, env=env, check=True, timeout=3600)
+            print(f"older tags removed: {docker_host.remove_stale_tags(tag) or 'none'}", flush=True)
         print(f"image {tag} in place: {time.monotonic() - t0:.0f} s", flush=True)
         return 0
     finally:

@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.deploy import image_cache
+
 HERE = Path(__file__).resolve().parent
 STANDINS = HERE / "standins"
 MINBASE = "rankzero-standin/bookworm-minbase:1"
@@ -145,6 +147,19 @@ def ensure_bases(rebuild: bool = False) -> list[str]:
              str(STANDINS / folder)], capture_output=True)  # fmt: skip
         built.append(tag)
     return built
+
+
+def remove_stale_tags(keep: str) -> list[str]:
+    """Remove the project's input-hash tags other than `keep` (each holds a ~6 GB dependency layer when
+    pyproject.toml changed); the ones removed. A tag in use by a container stays (no --force)."""
+    listed = subprocess.run(["docker", "image", "ls", image_cache.REPO, "--format", "{{.Repository}}:{{.Tag}}"],
+                            capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    removed = []
+    for tag in image_cache.stale(listed.stdout.split(), keep):
+        done = subprocess.run(["docker", "image", "rm", tag], capture_output=True, timeout=120, check=False)
+        if done.returncode == 0:
+            removed.append(tag)
+    return removed
 
 
 if __name__ == "__main__":

@@ -145,7 +145,7 @@ def stack(timings: dict[str, float]) -> Iterator[Stack]:
         else:
             s.run("up", "-d", "--build", timeout=3600)  # the README's command (+ the override)
             timings["image_built"] = 1
-            _remove_stale_tags(cached)
+            docker_host.remove_stale_tags(cached)
         timings["up_s"] = round(time.monotonic() - t1, 1)
         wait(lambda: _answers(s), 180, "the API's /api/health", every=1)
         yield s
@@ -157,13 +157,6 @@ def stack(timings: dict[str, float]) -> Iterator[Stack]:
             s.http.close()
             stop_engine()
             timings["total_s"] = round(time.monotonic() - t0, 1)
-
-
-def _remove_stale_tags(keep: str) -> None:
-    listed = subprocess.run(["docker", "image", "ls", image_cache.REPO, "--format", "{{.Repository}}:{{.Tag}}"],
-                            capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
-    for tag in image_cache.stale(listed.stdout.split(), keep):  # one in use by a container stays (no --force)
-        subprocess.run(["docker", "image", "rm", tag], capture_output=True, timeout=120, check=False)
 
 
 def _answers(s: Stack) -> bool:
