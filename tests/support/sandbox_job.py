@@ -64,13 +64,21 @@ def _environ_secrets(secrets: list[str]) -> list[str]:
 
 
 def _escape(token: str, mb: int) -> None:
-    """A process that leaves the job: a new session, a double fork, an empty environment."""
+    """A process that leaves the job: a new session, a double fork, an empty environment. Returns once the
+    escapee has exec'd (its cmdline carries the token): the pipe's write end is close-on-exec, so its EOF
+    here is the exec itself, not a guess at how long it takes."""
+    exec_done, exec_signal = os.pipe()  # both non-inheritable: closed by execve
     if os.fork() == 0:
+        os.close(exec_done)
         os.setsid()
         if os.fork() == 0:
             os.execve(sys.executable, [sys.executable, "-c", ESCAPEE, token, str(mb)], {})
         os._exit(0)
+    os.close(exec_signal)
     os.wait()
+    while os.read(exec_done, 1):  # EOF once the escapee exec'd (or died) and the middle child exited
+        pass
+    os.close(exec_done)
 
 
 def main() -> int:
