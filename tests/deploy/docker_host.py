@@ -15,6 +15,7 @@ machine that has neither a running daemon nor a reachable registry (CI).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -83,25 +84,30 @@ def start_daemon() -> int:
     raise RuntimeError(f"dockerd did not answer within 60 s; see {log.name}")
 
 
+def stop_daemon(pid: int, grace_s: float = 60) -> None:
+    """SIGTERM the daemon at `pid` (this process's child or not), wait until it is gone, SIGKILL after `grace_s`."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # reap it where it is our child (else it stays a zombie)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
 def ensure_engine() -> Callable[[], None]:
     """A daemon that answers `docker info`; the returned function stops it if this call started it."""
     _install_packages()
     if engine_answers():
         return lambda: None
     pid = start_daemon()
-
-    def stop() -> None:
-        os.kill(pid, signal.SIGTERM)
-        for _ in range(600):
-            try:
-                os.waitpid(pid, os.WNOHANG)  # our child: reap it
-                os.kill(pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                return
-            time.sleep(0.1)
-        os.kill(pid, signal.SIGKILL)
-
-    return stop
+    return lambda: stop_daemon(pid)
 
 
 def image_exists(tag: str) -> bool:
