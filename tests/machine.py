@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.support.apt import APT_GET
+
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "test-output"
 LOG = OUTPUT / "prepare-docker.log"
@@ -60,9 +62,8 @@ def install() -> int:
         return 0  # the tests that need them say so themselves
     print(f"installing Debian packages: {' '.join(needed)}", flush=True)
     env = os.environ | {"DEBIAN_FRONTEND": "noninteractive"}
-    wait_lock = ["-o", "DPkg::Lock::Timeout=600"]
-    subprocess.run(["apt-get", *wait_lock, "update", "-qq"], env=env, check=True, timeout=900)
-    cmd = ["apt-get", *wait_lock, "install", "-y", "-qq", "--no-install-recommends", *needed]
+    subprocess.run([*APT_GET, "update", "-qq"], env=env, check=True, timeout=900)
+    cmd = [*APT_GET, "install", "-y", "-qq", "--no-install-recommends", *needed]
     return subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, check=False, timeout=1800).returncode
 
 

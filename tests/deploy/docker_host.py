@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.deploy import image_cache
+from tests.support.apt import APT_GET
 
 HERE = Path(__file__).resolve().parent
 STANDINS = HERE / "standins"
@@ -41,8 +42,6 @@ BASES = {
     "redis:7.4-alpine": "redis",
 }
 # Debian's apt refuses index files whose Valid-Until passed when the clock is off; harmless elsewhere.
-# Another apt run (`make test`'s own, tests/machine.py) may hold dpkg's lock: wait for it rather than fail.
-APT_GET = ["apt-get", "-o", "DPkg::Lock::Timeout=600"]
 APT_CONF = 'Acquire::Check-Valid-Until "false";\nAcquire::Check-Date "false";\n'
 
 

@@ -19,11 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support.apt import APT_GET
 from tests.support.ports import free_port
 
 PACKAGES = ("slurm-wlm", "munge")
 NODES = ("n1", "n2", "n3")
-APT_GET = ["apt-get", "-o", "DPkg::Lock::Timeout=600"]  # waits for another apt run's lock
 NEEDED = ("slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo", "munged")
 
 CONF = """\
