@@ -58,8 +58,10 @@ def _check(settings: Any, nodes: int) -> None:
     import subprocess
     import sys
 
+    from worker.slurm import people
     from worker.slurm.bounds import port_range
     from worker.slurm.check import srun_argv, verdict
+    from worker.slurm.commands import Runner
 
     python = settings.slurm_python or sys.executable
     runs = settings.slurm_runs_dir or settings.resolved_runs_dir
@@ -70,9 +72,11 @@ def _check(settings: Any, nodes: int) -> None:
     except (OSError, subprocess.TimeoutExpired) as exc:
         fail(f"srun did not run: {exc}", code=1)
     result = verdict(python, getpass.getuser(), done.returncode, done.stdout + done.stderr, nodes)
-    for line in result.lines:
+    # With a user map: the agent may submit as each mapped user, and shares the runs dir with them.
+    mapped = people.check_lines(settings, Runner(timeout_s=settings.slurm_command_timeout_s))
+    for line in [*result.lines, *mapped]:
         console.print(line, markup=False, highlight=False)
-    if not result.ok:
+    if not result.ok or any(line.startswith("FAILED") for line in mapped):
         fail("the compute nodes are not ready for rankzero's jobs (above: what to change)", code=1)
     console.print("the compute nodes are ready for rankzero's jobs")
 

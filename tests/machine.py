@@ -40,6 +40,9 @@ SANDBOX = {"bubblewrap": "bwrap", "libseccomp2": "libseccomp.so.2"}
 BROWSER = {"chromium": "chromium"}
 DOCKER = {"docker.io": "dockerd", "debootstrap": "debootstrap"}
 SLURM = {"slurm-wlm": "slurmctld", "munge": "munged"}
+# Jobs submitted as a site's users (tests/slurm/test_slurm_people.py): the documented sudo rule, and an ACL that lets
+# those test users reach the service's Python where it lives under a private home.
+SITE_USERS = {"sudo": "sudo", "acl": "setfacl"}
 
 
 def _present(probe: str) -> bool:
@@ -54,7 +57,7 @@ def missing(wanted: dict[str, str]) -> list[str]:
 
 
 def install() -> int:
-    needed = missing(SANDBOX | BROWSER | DOCKER | SLURM)
+    needed = missing(SANDBOX | BROWSER | DOCKER | SLURM | SITE_USERS)
     if not needed:
         return 0
     if os.geteuid() != 0 or shutil.which("apt-get") is None:

@@ -28,42 +28,22 @@ from trainer.entrypoint import parse_entrypoint
 from trainer.run_dir import RunDir, job_run_dir
 from trainer.spec import JobSpec
 from worker import bundles, environments, errors, run_record
-from worker.console_feed import ConsoleFeed
-from worker.ingest import Ingestor
-from worker.ingest_events import EventTail
-from worker.ingest_handlers import TimedMetric
 from worker.launch_command import job_env, rank_env
 from worker.script_jobs import entrypoint_values, script_workdir
-from worker.slurm import commands, follow, rows, stops
+from worker.slurm import commands, follow, people, rows, stops, watching
 from worker.slurm import environment as slurm_environment
-from worker.slurm.attempt_io import console_feed, script_env
+from worker.slurm.attempt_io import script_env
 from worker.slurm.bounds import OutOfBounds, job_bounds, port_range
 from worker.slurm.endings import ending, gpus_per_node, nice_for, stopped_resumably
 from worker.slurm.follow import Step
 from worker.slurm.prepare import BASE_SPEC
 from worker.slurm.rank import LAUNCH_FILE
-from worker.slurm.samples import SampleTail
 from worker.slurm.script import CANCEL_MARK, BatchJob, batch_log, job_name, render
 from worker.slurm.states import INTERRUPTED_STATES, Phase, Reading, SlurmJob, base_state, read, settled, status_of
-from worker.tensorboard import TensorBoardTail
 
 log = logging.getLogger("rankzero.slurm")
 S = JobStatus
-TB_POINTS = 20_000  # TensorBoard scalars written per job per period (worker/watch.py TICK_POINTS)
 NODES_EVERY_S = 30.0  # how often the hosts page's picture of the cluster (`sinfo`) is refreshed
-
-
-@dataclass
-class _Watched:
-    """What the agent holds in memory for a job (rebuilt from the row and the run dir after a restart)."""
-
-    tail: EventTail
-    ingestor: Ingestor
-    attempt: int
-    tensorboard: TensorBoardTail  # a script's TensorBoard scalars (worker/tensorboard.py), as a worker reads them
-    console: ConsoleFeed | None  # a script's printed metrics, this attempt's rank 0 logs (worker/console_feed.py)
-    samples: SampleTail  # this attempt's CPU/memory samples, written by each node (worker/slurm/samples.py)
-    pending_tb: list[TimedMetric] = field(default_factory=list)
 
 
 @dataclass
@@ -71,7 +51,7 @@ class Agent:
     engine: Engine
     settings: Settings
     run: commands.Runner = field(default_factory=commands.Runner)
-    watched: dict[int, _Watched] = field(default_factory=dict)
+    watched: dict[int, watching.Watched] = field(default_factory=dict)
     nodes_at: float = -NODES_EVERY_S  # when `sinfo` last ran (monotonic)
     registered: bool = False  # the pool is in table `pools` (core/pools.py), as of this agent's first period
     interrupted: dict[int, float] = field(default_factory=dict)  # job → when it was first seen PREEMPTED (monotonic)
@@ -79,6 +59,7 @@ class Agent:
     completing: dict[int, float] = field(default_factory=dict)  # job → when its requeue was first seen COMPLETING
     in_slurm: set[str] = field(default_factory=set)  # Slurm job ids of the rows followed last period
     shown: list[tuple[int, int, BackendStatus]] = field(default_factory=list)  # to write at the period's end
+    site: people.SiteUsers = field(default_factory=people.SiteUsers)  # whose job: RANKZERO_SLURM_USER_MAP
 
     @property
     def pool(self) -> str:
@@ -94,14 +75,21 @@ class Agent:
     def compute_runs_dir(self) -> Path:
         return self.settings.slurm_runs_dir or self.runs_dir
 
+    def _submitter(self, owner_id: int | None) -> people.Submitter:
+        """Whom the job of `owner_id` is submitted as (people.Unmapped / ValueError: nobody, saying why)."""
+        mapped = self.site.users(self.settings) is not None
+        return self.site.submitter(self.settings, rows.user_name(self.engine, owner_id) if mapped else None)
+
+    def _as(self, unix_user: str | None) -> commands.Runner:
+        return self.site.runner(self.settings, self.run, unix_user)
+
     # --- one period -------------------------------------------------------------------------
 
     def step(self) -> None:
         if not self.registered:  # before sinfo, which may fail: the API takes the pool's jobs at once
             rows.register_pool(self.engine, self.pool, self.settings.slurm_partition)
             self.registered = True
-        for job_id in rows.queued(self.engine, self.pool):
-            self._submit(job_id)
+        self._submit_queued()
         live = rows.live(self.engine, self.pool)
         for row in live:
             if row.backend_job_id is None:
@@ -109,7 +97,7 @@ class Agent:
         live = rows.live(self.engine, self.pool)  # with the requeued jobs waiting in Slurm's queue (`queued`)
         ids = [r.backend_job_id for r in live if r.backend_job_id]
         if ids or self.in_slurm:
-            seen = commands.squeue(self.run)
+            seen = commands.squeue(self.run, self.site.listed(self.settings))
             self._cancel_unfollowed(seen)
             missing = [i for i in ids if i not in seen]
             # squeue says CANCELLED but not by whom: Slurm's accounting does (a cancel rankzero did not ask for).
@@ -137,16 +125,24 @@ class Agent:
 
     # --- submitting -------------------------------------------------------------------------
 
+    def _submit_queued(self) -> None:
+        if (unreadable := self.site.unreadable(self.settings)) is not None:  # never the wrong user: wait for it
+            log.warning("submitting nothing until the user map reads: %s", unreadable)
+            return
+        for job_id in rows.queued(self.engine, self.pool):
+            self._submit(job_id)
+
     def _submit(self, job_id: int) -> None:
         job = rows.claim(self.engine, job_id, None, self.runs_dir, self.pool, f"handed to Slurm (pool {self.pool})")
         if job is None:
             return
-        self._sbatch(job_id, job.attempt, job.spec, job.priority)
+        self._sbatch(job_id, job.attempt, job.spec, job.priority, job.owner_id)
 
     def _adopt_or_resubmit(self, row: rows.Row) -> None:
         """A live row without a Slurm job id: the agent died between claim and record. Adopt the Slurm job
         of that name if there is one, else submit it now."""
-        found = commands.find_by_name(self.run, job_name(self.pool, row.job_id, row.attempt))
+        name = job_name(self.pool, row.job_id, row.attempt)
+        found = commands.find_by_name(self.run, name, self.site.listed(self.settings))
         if found is not None:
             rows.record_submitted(self.engine, row.job_id, row.attempt, found, row.attempt)
             return
@@ -155,12 +151,17 @@ class Agent:
                 self.engine, row.job_id, S.cancelled, detail="cancelled before Slurm ran it", attempt=row.attempt
             )
             return
-        self._sbatch(row.job_id, row.attempt, row.spec, int(row.spec.get("priority") or 0))
+        self._sbatch(row.job_id, row.attempt, row.spec, int(row.spec.get("priority") or 0), row.owner_id)
 
-    def _sbatch(self, job_id: int, attempt: int, raw_spec: dict, priority: int) -> None:
+    def _sbatch(self, job_id: int, attempt: int, raw_spec: dict, priority: int, owner_id: int | None) -> None:
         try:
-            script, summary = self._write_job_files(job_id, attempt, raw_spec, priority)
-            slurm_id = commands.sbatch(self.run, script)
+            submitter = self._submitter(owner_id)
+            script, summary = self._write_job_files(job_id, attempt, raw_spec, priority, submitter)
+            slurm_id = commands.sbatch(self._as(submitter.unix_user), script)
+        except people.Unmapped as exc:  # the site runs only its members' jobs: the error says whom to ask
+            jobs.finish(self.engine, job_id, S.failed, detail="no Unix user on this Slurm pool", attempt=attempt,
+                        error=str(exc)[:4000])  # fmt: skip
+            return
         except environments.EnvironmentFailed as exc:  # the job's requirements: uv's message is its error
             jobs.finish(self.engine, job_id, S.failed, detail="preparing the environment failed", attempt=attempt,
                         error=str(exc)[:20000])  # fmt: skip
@@ -176,20 +177,30 @@ class Agent:
             return
         rows.record_submitted(self.engine, job_id, attempt, slurm_id, attempt)
         rows.set_reason(self.engine, job_id, attempt, f"Slurm job {slurm_id}: submitted")
-        jobs.note(self.engine, job_id, f"submitted to Slurm as job {slurm_id}" + (f"; {summary}" if summary else ""))
+        words = f"submitted to Slurm as job {slurm_id}, {submitter.words()}" + (f"; {summary}" if summary else "")
+        jobs.note(self.engine, job_id, words)
         log.info("job %s attempt %s: Slurm job %s", job_id, attempt, slurm_id)
 
-    def _write_job_files(self, job_id: int, attempt: int, raw_spec: dict, priority: int) -> tuple[Path, str | None]:
+    def _write_job_files(
+        self, job_id: int, attempt: int, raw_spec: dict, priority: int, submitter: people.Submitter
+    ) -> tuple[Path, str | None]:
         """spec.slurm.json, a script job's launch file, the job's environment, and the batch script, in the run
-        dir; the script's path and what the timeline says of the environment."""
+        dir; the script's path and what the timeline says of the environment. A job submitted as a site user gets
+        its run dir shared through the runs dir's group and that user's HOME, USER and SHELL, not the agent's."""
         spec = JobSpec.model_validate(raw_spec)
         s = self.settings
         bounds = job_bounds(spec.slurm, s)  # the job's own limit and partition, within the pool's (ValueError)
         port_base, port_span = port_range(s)
         local = RunDir(job_run_dir(self.runs_dir, job_id))
         remote = RunDir(job_run_dir(self.compute_runs_dir, job_id))
+        if submitter.unix_user is not None and (
+            problem := people.shared_runs_problem(self.runs_dir, submitter.unix_user)
+        ):
+            raise people.Unmapped(problem)
         for folder in (local.root, local.logs, local.checkpoints, local.tensorboard):
             folder.mkdir(parents=True, exist_ok=True)
+            if submitter.unix_user is not None:  # the job's user writes here through the runs dir's group
+                folder.chmod(0o2770)
         spec_dict = spec.model_dump(mode="json")
         (local.root / BASE_SPEC).write_text(json.dumps(spec_dict, indent=2))
         env_fields = job_env(remote, spec_dict, job_id, attempt, s)
@@ -203,6 +214,8 @@ class Agent:
             env_fields.update(script_env(spec_dict))
         env = bundles.pythonpath_first(rank_env(f"{job_id}-{attempt}-slurm", None, s, env_fields), code)
         env.pop("CUDA_VISIBLE_DEVICES", None)  # Slurm sets it for the GPUs it gives
+        if submitter.unix_user is not None:  # the job's user's own login, never the agent's HOME
+            env.update(people.login_environment(submitter.unix_user))
         # The job's own packages (issue 28), built by the agent in the shared runs dir; the ranks run its Python.
         own = slurm_environment.prepare(self.engine, s, job_id, attempt, spec, local, code, self.compute_runs_dir,
                                         keep_alive=self._heartbeat_all)  # fmt: skip
@@ -212,11 +225,12 @@ class Agent:
             pool=self.pool, job_id=job_id, first_attempt=attempt, run_root=remote.root,
             python=own.python if own is not None else s.slurm_python or sys.executable,
             nnodes=spec.nnodes, ntasks_per_node=spec.nproc, gpus_per_node=gpus_per_node(spec, s),
-            partition=bounds.partition, account=s.slurm_account, qos=s.slurm_qos,
+            partition=bounds.partition, account=submitter.account, qos=submitter.qos,
             time_limit_min=bounds.time_limit_min, signal_margin_s=s.slurm_signal_margin_s,
             port_base=port_base, port_span=port_span,
             nice=nice_for(priority) if s.slurm_nice_for_priority else None,
             extra_options=tuple(s.slurm_sbatch_options.split()), env=env, script=spec.is_script,
+            umask=0o007 if submitter.unix_user is not None else None,
         )  # fmt: skip
         path = local.root / f"slurm_attempt_{attempt}.sbatch"
         path.write_text(render(job))
@@ -232,7 +246,7 @@ class Agent:
         """One period of a job, as worker/slurm/follow.py decides it from the row and Slurm's reading."""
         first = row.first_attempt or row.attempt
         if row.status is S.cancelling:
-            self._cancel(row)
+            self._cancel(row, slurm)
         reading = read(slurm, first, row.status is S.cancelling)
         reading = settled(slurm, reading, self._interrupted_for(row.job_id, slurm))
         state = base_state(slurm.state) if slurm is not None else ""
@@ -336,52 +350,23 @@ class Agent:
         """A job cancelled while queued in Slurm after a requeue (by the API, at once): its Slurm job goes too."""
         for job_id, slurm_id in rows.cancelled_in_slurm(self.engine, self.pool, follow.active(seen)):
             try:
-                commands.scancel(self.run, slurm_id)
+                commands.scancel(self._as(seen[slurm_id].user), slurm_id)
                 log.info("job %s: cancelled while queued; scancel %s", job_id, slurm_id)
             except commands.SlurmError as exc:
                 log.warning("job %s: scancel %s: %s (retried next period)", job_id, slurm_id, exc)
 
-    def _cancel(self, row: rows.Row) -> None:
-        """The marker tells the batch script not to requeue the checkpointed ranks; scancel stops them."""
+    def _cancel(self, row: rows.Row, slurm: SlurmJob | None) -> None:
+        """The marker tells the batch script not to requeue the checkpointed ranks; scancel, as the job's user,
+        stops them."""
         assert row.backend_job_id is not None
         try:
             (job_run_dir(self.runs_dir, row.job_id) / CANCEL_MARK).touch()
-            commands.scancel(self.run, row.backend_job_id)
+            commands.scancel(self._as(slurm.user if slurm is not None else None), row.backend_job_id)
         except (OSError, commands.SlurmError) as exc:
             log.warning("job %s: scancel %s: %s (retried next period)", row.job_id, row.backend_job_id, exc)
 
     def _ingest(self, row: rows.Row, final: bool = False) -> None:
-        """What the ranks wrote since the last period, as a worker's watcher writes it (worker/watch.py): events,
-        then TensorBoard scalars, then a script's console points (the SDK and TensorBoard win a name over the
-        console). `final`: the attempt has ended (the console's held points and partial lines are written)."""
-        w = self.watched.get(row.job_id)
-        if w is None or w.attempt != row.attempt:
-            run = RunDir(job_run_dir(self.runs_dir, row.job_id))
-            tail = w.tail if w is not None else EventTail(run.events)
-            tensorboard = w.tensorboard if w is not None else TensorBoardTail(run.tensorboard)
-            ingestor = Ingestor(self.engine, row.job_id, run.root, attempt=row.attempt)
-            feed = console_feed(run, row.attempt, row.spec)
-            w = _Watched(tail, ingestor, row.attempt, tensorboard, feed, SampleTail(run.attempt_logs(row.attempt)))
-            self.watched[row.job_id] = w
-        if w.console is not None:
-            w.console.read()
-        while batch := w.tail.read():
-            if w.console is not None:
-                w.console.claim(batch, ())
-            w.ingestor.ingest(batch)
-        # TensorBoard scalars: idempotent per name and step (a restarted agent re-reads the files from the start).
-        # At most TB_POINTS a period per job, so one large folder never holds the other jobs' periods back.
-        if len(w.pending_tb) < TB_POINTS:
-            scalars = w.tensorboard.read()
-            if w.console is not None:
-                w.console.claim((), scalars)
-            w.pending_tb.extend(scalars)
-        w.pending_tb.extend(w.samples.read())
-        if w.pending_tb:
-            w.ingestor.ingest_metrics(w.pending_tb[:TB_POINTS])
-            del w.pending_tb[:TB_POINTS]
-        if w.console is not None:
-            w.console.write(w.ingestor, final=final)
+        watching.ingest(self.engine, self.runs_dir, self.watched, row, final)
 
     def _end(self, row: rows.Row, reading: Reading, slurm: SlurmJob | None) -> None:
         run = RunDir(job_run_dir(self.runs_dir, row.job_id))
@@ -422,7 +407,7 @@ class Agent:
         jobs.requeue(self.engine, row.job_id, words, attempt=row.attempt, backend_job_id=None)
         job = rows.claim(self.engine, row.job_id, None, self.runs_dir, self.pool, "handed to Slurm again")
         if job is not None:
-            self._sbatch(row.job_id, job.attempt, job.spec, job.priority)
+            self._sbatch(row.job_id, job.attempt, job.spec, job.priority, job.owner_id)
 
     # --- the loop ---------------------------------------------------------------------------
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 import pwd
 import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from worker.slurm.states import SlurmJob, cancelled_by_uid, exit_status
 
-SQUEUE_FIELDS = ("JobID", "State", "Reason", "NodeList", "Partition", "RestartCnt", "StartTime", "exit_code")
+SQUEUE_FIELDS = (
+    "JobID", "State", "Reason", "NodeList", "Partition", "RestartCnt", "StartTime", "exit_code", "UserName",
+)  # fmt: skip
 SACCT_FIELDS = ("JobID", "State", "Reason", "NodeList", "Partition", "ExitCode", "Start")
 
 
@@ -25,16 +27,21 @@ class SlurmError(RuntimeError):
 
 @dataclass(frozen=True)
 class Runner:
-    """Runs Slurm's commands with `env` (SLURM_CONF, say) and a timeout."""
+    """Runs Slurm's commands with `env` (SLURM_CONF, say) and a timeout; `prefix` runs them as another user
+    (worker/slurm/people.py: `sudo -n -u alice --`)."""
 
     env: Mapping[str, str] | None = None
     timeout_s: float = 30.0
+    prefix: tuple[str, ...] = ()
+
+    def as_user(self, prefix: tuple[str, ...]) -> Runner:
+        return replace(self, prefix=prefix)
 
     def __call__(self, argv: Sequence[str], stdin: str | None = None) -> str:
         try:
             done = subprocess.run(
-                list(argv), input=stdin, env=dict(self.env) if self.env is not None else None, capture_output=True,
-                text=True, timeout=self.timeout_s, check=False,
+                [*self.prefix, *argv], input=stdin, env=dict(self.env) if self.env is not None else None,
+                capture_output=True, text=True, timeout=self.timeout_s, check=False,
             )  # fmt: skip
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise SlurmError(f"{argv[0]}: {exc}") from None
@@ -44,16 +51,18 @@ class Runner:
 
 
 def parse_squeue(text: str) -> dict[str, SlurmJob]:
-    """`squeue -h -O <SQUEUE_FIELDS with "|" after each>` → job id → SlurmJob (array and het parts kept)."""
+    """`squeue -h -O <SQUEUE_FIELDS with "|" after each>` → job id → SlurmJob (array and het parts kept; the owner's
+    user name where the line has it)."""
     found: dict[str, SlurmJob] = {}
     for line in text.splitlines():
         parts = [p.strip() for p in line.split("|")]
-        if len(parts) < len(SQUEUE_FIELDS) or not parts[0]:
+        if len(parts) < len(SQUEUE_FIELDS) - 1 or not parts[0]:
             continue
-        job_id, state, reason, nodes, partition, restarts, start, code = parts[: len(SQUEUE_FIELDS)]
+        job_id, state, reason, nodes, partition, restarts, start, code = parts[:8]
+        user = parts[8] if len(parts) > 8 else ""
         found[job_id] = SlurmJob(
             job_id, state, reason, nodes, partition, int(restarts) if restarts.isdigit() else 0, start,
-            exit_status(code) if code else None,
+            exit_status(code) if code else None, user=user,
         )  # fmt: skip
     return found
 
@@ -81,9 +90,15 @@ def parse_sacct(text: str, name_of: Callable[[int], str] = user_name) -> dict[st
     return found
 
 
-def squeue(run: Runner) -> dict[str, SlurmJob]:
+def whose(users: Sequence[str]) -> list[str]:
+    """squeue's selection: the agent's own jobs (`--me`), or those of every user named (the agent's own and the
+    site's users it submits as: worker/slurm/people.py)."""
+    return [f"--user={','.join(users)}"] if users else ["--me"]
+
+
+def squeue(run: Runner, users: Sequence[str] = ()) -> dict[str, SlurmJob]:
     fmt = ",".join(f"{f}:|" for f in SQUEUE_FIELDS)
-    return parse_squeue(run(["squeue", "--me", "-h", "-t", "all", "-O", fmt]))
+    return parse_squeue(run(["squeue", *whose(users), "-h", "-t", "all", "-O", fmt]))
 
 
 def sacct(run: Runner, job_ids: Iterable[str]) -> dict[str, SlurmJob]:
@@ -121,9 +136,9 @@ def sbatch(run: Runner, script: Path) -> str:
     return job_id
 
 
-def find_by_name(run: Runner, name: str) -> str | None:
-    """The id of the agent user's live job named `name` (one the agent submitted but never recorded)."""
-    out = run(["squeue", "--me", "-h", "-n", name, "-O", "JobID:|"])
+def find_by_name(run: Runner, name: str, users: Sequence[str] = ()) -> str | None:
+    """The id of the live job named `name` (one the agent submitted but never recorded) of `users` (`whose`)."""
+    out = run(["squeue", *whose(users), "-h", "-n", name, "-O", "JobID:|"])
     ids = [line.split("|")[0].strip() for line in out.splitlines() if line.strip()]
     return ids[0] if ids else None
 

@@ -17,7 +17,7 @@ from core import jobs
 from core.backends import BackendKind, BackendStatus
 from core.db import now_sql
 from core.job_state import LIVE
-from core.tables import Job, JobStatus, Pool, SlurmNode, utcnow
+from core.tables import Job, JobStatus, Pool, SlurmNode, User, utcnow
 from trainer.run_dir import job_run_dir
 from worker.slurm.commands import NodeState
 
@@ -36,6 +36,7 @@ class Row:
     pending_reason: str | None
     spec: dict
     shown: BackendStatus | None = None  # the partition, nodes and state the row shows now
+    owner_id: int | None = None  # whose job (worker/slurm/people.py: whom it is submitted as)
 
 
 def queued(engine: Engine, pool: str, limit: int = 100) -> list[int]:
@@ -56,15 +57,16 @@ def live(engine: Engine, pool: str) -> list[Row]:
     columns the agent reads, in one query (no ORM objects: a period's cost)."""
     columns = (col(Job.id), col(Job.status), col(Job.attempt), col(Job.backend_job_id),
                col(Job.backend_first_attempt), col(Job.pending_reason), col(Job.spec), col(Job.backend_partition),
-               col(Job.backend_nodes), col(Job.backend_state), col(Job.backend_state_words))  # fmt: skip
+               col(Job.backend_nodes), col(Job.backend_state), col(Job.backend_state_words),
+               col(Job.owner_id))  # fmt: skip
     with Session(engine) as s:
         in_slurm = col(Job.status).in_(list(LIVE)) | (
             (col(Job.status) == S.queued) & col(Job.backend_job_id).isnot(None)
         )
         found = s.execute(columns_of(*columns).where(in_slurm, col(Job.queue) == pool)).all()
     return [
-        Row(int(i), JobStatus(st), int(a), b, f, r, sp, BackendStatus(pa, no, sa, w) if w is not None else None)
-        for i, st, a, b, f, r, sp, pa, no, sa, w in found
+        Row(int(i), JobStatus(st), int(a), b, f, r, sp, BackendStatus(pa, no, sa, w) if w is not None else None, o)
+        for i, st, a, b, f, r, sp, pa, no, sa, w, o in found
     ]
 
 
@@ -86,6 +88,15 @@ def claim(engine: Engine, job_id: int, attempt: int | None, runs_dir: Path, pool
         s.refresh(job)
         s.expunge(job)
         return job
+
+
+def user_name(engine: Engine, user_id: int | None) -> str | None:
+    """The rankzero user name of `user_id` (None: no owner, or a user since deleted)."""
+    if user_id is None:
+        return None
+    with Session(engine) as s:
+        user = s.get(User, user_id)
+        return user.name if user is not None else None
 
 
 def record_submitted(engine: Engine, job_id: int, attempt: int, backend_job_id: str, first_attempt: int) -> bool:

@@ -28,6 +28,7 @@ class SlurmJob:
     start_time: str = ""  # pending: the expected or earliest start (BeginTime after a requeue)
     exit_code: int | None = None  # the batch step's exit status (sacct "3:0" → 3; squeue's wait status → 3)
     by: str = ""  # who cancelled it, where Slurm says (sacct's "CANCELLED by 1000", as a user name)
+    user: str = ""  # whose job it is (squeue's UserName): the Unix user a mapped job was submitted as
 
 
 class Phase(enum.Enum):
