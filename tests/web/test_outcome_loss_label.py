@@ -15,5 +15,6 @@ def test_the_result_names_a_console_loss_loss(page, web_service, db) -> None:
     bulk_points(db, job.id, "loss", 30)
     page.goto(f"{web_service.base}/jobs/{job.id}")
     page.wait_for_selector("#chart-loss[data-points]")
+    page.wait_for_selector("#job-outcome-values [data-metric='loss']")  # the result is drawn as the series arrives
     labels = page.locator("#job-outcome-values dt").all_inner_texts()
     assert "loss" in labels and "train/loss" not in labels, labels

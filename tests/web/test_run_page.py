@@ -66,7 +66,9 @@ def test_run_page_outcome_config_charts_logs(new_page, web_service, run_jobs, si
     page = new_page(viewport=SIZES[size])
     page.goto(f"{web_service.base}/jobs/{run_jobs['done']}")
     page.wait_for_selector("#chart-loss[data-points]")
+    # The outcome fills in as each series arrives (the panel's onChange): wait for both val/* series, not the first.
     page.wait_for_selector("#job-outcome:not([hidden]) [data-metric='val/loss']")
+    page.wait_for_selector("#job-outcome:not([hidden]) [data-metric='val/accuracy']")
     # Outcome first: final and best val/* with their steps; no progress bar, no ETA.
     outcome = page.locator("#job-outcome").inner_text()
     assert "Finished 2,000 steps" in outcome and "val/accuracy" in outcome
