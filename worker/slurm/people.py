@@ -20,6 +20,7 @@ import os
 import pwd
 import shlex
 import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +54,9 @@ class UserMapFile(BaseModel):
 
 def parse(text: str, where: str) -> dict[str, SiteUser]:
     """The map in `text` (TOML); ValueError naming the file and the entry that is wrong."""
-    import tomllib  # Python 3.11's (the service's Python; the trainer never reads the map)
+    if sys.version_info < (3, 11):  # pragma: no cover (the service runs 3.11+; the trainer never reads the map)
+        raise ValueError(f"{where}: reading the user map needs Python 3.11 for the agent")
+    import tomllib
 
     try:
         loaded = UserMapFile.model_validate(tomllib.loads(text))
