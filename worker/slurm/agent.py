@@ -177,7 +177,9 @@ class Agent:
             return
         rows.record_submitted(self.engine, job_id, attempt, slurm_id, attempt)
         rows.set_reason(self.engine, job_id, attempt, f"Slurm job {slurm_id}: submitted")
-        words = f"submitted to Slurm as job {slurm_id}, {submitter.words()}" + (f"; {summary}" if summary else "")
+        # whom it was submitted as, where the pool maps users (without a map every job is the service account's)
+        who = f", {submitter.words()}" if self.site.users(self.settings) is not None else ""
+        words = f"submitted to Slurm as job {slurm_id}{who}" + (f"; {summary}" if summary else "")
         jobs.note(self.engine, job_id, words)
         log.info("job %s attempt %s: Slurm job %s", job_id, attempt, slurm_id)
 

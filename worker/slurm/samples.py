@@ -58,9 +58,16 @@ def sample(mark: str, path: Path, node: int, interval_s: float, rank_pid: int) -
     from worker.resources import ResourceWatch
 
     # No memory limit here (Slurm enforces --mem): `settings` without one.
-    watch = ResourceWatch(mark, memory_limit_mb=None, gpus=None, interval_s=interval_s, settings=SimpleNamespace())
+    # The second sample 1 s after the first: a CPU rate needs two, and a short job must not end with memory only.
+    first_gap = min(1.0, interval_s)
+    watch = ResourceWatch(mark, memory_limit_mb=None, gpus=None, interval_s=first_gap, settings=SimpleNamespace())
+    polls = 0
     while os.getppid() == rank_pid:
         taken = watch.poll(time.monotonic(), 0)
+        if taken is not None:
+            polls += 1
+            if polls == 2:
+                watch.interval_s = interval_s
         if taken is not None and taken.points:
             lines = [json.dumps({**e, "name": node_name(e["name"], node)}) for e in taken.events()]
             with open(path, "a") as out:
