@@ -251,6 +251,15 @@ def _submit_as(agent: Agent, owner: str, spec: dict[str, Any]) -> int:
         return job.id
 
 
+def _map_users(agent: Agent, accounts: SiteAccounts, **extra: Any) -> None:
+    """The agent's pool maps users through the fixture's map, in the shared runs dir, with the documented prefix
+    (plus SLURM_CONF: the test cluster's configuration is not /etc/slurm's)."""
+    agent.settings = agent.settings.model_copy(update={
+        "runs_dir": accounts.runs, "slurm_user_map": accounts.map_file,
+        "slurm_submit_as": "sudo -n -u {user} --preserve-env=SLURM_CONF --", **extra,
+    })  # fmt: skip
+
+
 TINY = {"name": "mine", "nproc": 2, "max_steps": 4, "batch_size": 16, "device": "cpu", "data": {"name": "digits"},
         "model": {"name": "mlp"}, "checkpoint": {"every_steps": 2}}  # fmt: skip
 
@@ -260,11 +269,7 @@ def test_a_members_job_runs_as_her_unix_user_and_an_unmapped_one_is_refused(
     agent: Agent, slurm_cluster: SlurmCluster, site_accounts: SiteAccounts
 ) -> None:
     a = site_accounts
-    agent.settings = agent.settings.model_copy(update={
-        "runs_dir": a.runs, "slurm_user_map": a.map_file, "slurm_unmapped": "refuse",
-        # the test cluster's configuration is not /etc/slurm's: sudo keeps SLURM_CONF for sbatch
-        "slurm_submit_as": "sudo -n -u {user} --preserve-env=SLURM_CONF --",
-    })  # fmt: skip
+    _map_users(agent, a, slurm_unmapped="refuse")
     job_id = _submit_as(agent, "alice", TINY)
     refused = _submit_as(agent, "carol", {**TINY, "name": "not-mapped"})
     job = drive(agent, job_id, lambda j: j.backend_job_id is not None)
@@ -297,11 +302,7 @@ def test_rankzero_cancels_a_members_job_through_the_same_prefix(
     agent: Agent, slurm_cluster: SlurmCluster, site_accounts: SiteAccounts
 ) -> None:
     a = site_accounts
-    agent.settings = agent.settings.model_copy(update={
-        "runs_dir": a.runs, "slurm_user_map": a.map_file,
-        "slurm_submit_as": "sudo -n -u {user} --preserve-env=SLURM_CONF --",
-        "slurm_partition": "solo",  # one node: its own queue, whatever else the suite runs
-    })  # fmt: skip
+    _map_users(agent, a, slurm_partition="solo")  # one node: its own queue, whatever else the suite runs
     job_id = _submit_as(agent, "alice", {**TINY, "max_steps": 100_000})
     job = drive(agent, job_id, lambda j: j.backend_job_id is not None)
     with Session(agent.engine) as s:
